@@ -1,0 +1,1 @@
+"""The `bkfast` command line."""

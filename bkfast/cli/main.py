@@ -1,0 +1,15 @@
+"""Entry point of the `bkfast` command: a click group that later modules add subcommands to."""
+
+import click
+
+from bkfast import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="bkfast")
+def main() -> None:
+    """bkfast: Apache BookKeeper-compatible bookies, client and tools."""
+
+
+if __name__ == "__main__":
+    main()
