@@ -15,6 +15,7 @@ extensions = [
     Extension(
         ".".join(pyx.with_suffix("").parts),
         [str(pyx)],
+        include_dirs=[str(pyx.parent)],
         extra_compile_args=["-O3"],
     )
     for pyx in sorted(Path("bkfast").rglob("*.pyx"))
