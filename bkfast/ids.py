@@ -1,0 +1,115 @@
+"""Ledger identity: the (scope_id, ledger_id) pair of bkfast's 128-bit ledger ids, and entry id checks.
+
+This module owns the one definition of what a valid ledger id, scope id and entry id is, and the textual
+and UUID forms of a ledger id (see spec/scope-ids.md). Scope 0 is Apache BookKeeper's classic 64-bit id
+space; everything else is bkfast's extension. It is a leaf: it imports only the stdlib and bkfast.errors.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from bkfast.errors import InvalidLedgerIdError
+
+MAX_LEDGER_ID = 2**63 - 1
+"""Largest ledger id: Java's Long.MAX_VALUE (ids are non-negative signed longs)."""
+
+MAX_SCOPE_ID = 2**64 - 1
+"""Largest scope id: the high 64 bits of a 128-bit id, unsigned."""
+
+MAX_ENTRY_ID = 2**63 - 1
+LAST_ADD_CONFIRMED = -1
+"""Entry id -1 in a read request means "the last add confirmed" (and is the LAC of an empty ledger)."""
+
+_LOW_63_BITS = (1 << 63) - 1
+_QUALIFIED_NAME = re.compile(r"(?:0[xX])?([0-9a-fA-F]{32})")
+
+
+def _check_int(field: str, value: object, low: int, high: int) -> int:
+    # bool is an int subclass; True as a ledger id is always a bug at the call site.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidLedgerIdError(f"{field} must be an integer, got {value!r} ({type(value).__name__})")
+    if not low <= value <= high:
+        raise InvalidLedgerIdError(f"{field} must be in [{low}, {high}], got {value}")
+    return value
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class LedgerId:
+    """A ledger's full identity. Ordered by scope first, then ledger id (the order of the qualified name)."""
+
+    scope_id: int
+    ledger_id: int
+
+    def __post_init__(self) -> None:
+        _check_int("scope_id", self.scope_id, 0, MAX_SCOPE_ID)
+        _check_int("ledger_id", self.ledger_id, 0, MAX_LEDGER_ID)
+
+    @classmethod
+    def classic(cls, ledger_id: int) -> LedgerId:
+        """A scope-0 id, i.e. a plain Apache BookKeeper ledger id."""
+        return cls(0, ledger_id)
+
+    @property
+    def is_scoped(self) -> bool:
+        """True for bkfast's extended ids (scope != 0), which need the v3 protocol and a bkfast bookie."""
+        return self.scope_id != 0
+
+    @property
+    def qualified_name(self) -> str:
+        """32 lower-case hex digits, scope first."""
+        return f"{self.scope_id:016x}{self.ledger_id:016x}"
+
+    @classmethod
+    def parse_qualified_name(cls, text: str) -> LedgerId:
+        """Inverse of `qualified_name`; accepts upper case and an optional 0x prefix, nothing else."""
+        if not isinstance(text, str):
+            raise InvalidLedgerIdError(f"qualified name must be a string, got {text!r}")
+        match = _QUALIFIED_NAME.fullmatch(text)
+        if match is None:
+            raise InvalidLedgerIdError(
+                f"qualified name must be exactly 32 hex digits (optionally prefixed by 0x), got {text!r}"
+            )
+        digits = match.group(1)
+        # The scope half may use all 64 bits, the ledger half may not: reject rather than silently mask.
+        return cls(int(digits[:16], 16), int(digits[16:], 16))
+
+    @classmethod
+    def from_uuid(cls, value: uuid.UUID) -> LedgerId:
+        """Map a UUID to an id: scope = high 64 bits, ledger = low 64 bits with the top bit cleared."""
+        if not isinstance(value, uuid.UUID):
+            raise InvalidLedgerIdError(f"expected a uuid.UUID, got {value!r}")
+        return cls(value.int >> 64, value.int & _LOW_63_BITS)
+
+    def to_uuid(self) -> uuid.UUID:
+        """The UUID with this id's bits; bit 63 is always 0.
+
+        `from_uuid` clears bit 63 of the UUID, so this is its inverse only for UUIDs whose bit 63 was
+        already 0 — a random (version 4) UUID has the RFC 4122 variant bits there and does not round-trip.
+        """
+        return uuid.UUID(int=(self.scope_id << 64) | self.ledger_id)
+
+    def __str__(self) -> str:
+        # Scope-0 ids print as Java prints them, so logs and tools stay comparable with BookKeeper's.
+        return str(self.ledger_id) if self.scope_id == 0 else self.qualified_name
+
+    def __repr__(self) -> str:
+        return f"LedgerId(scope_id={self.scope_id:#x}, ledger_id={self.ledger_id})"
+
+
+def validate_ledger_id(ledger_id: object) -> int:
+    """Check a plain (scope-less) ledger id and return it."""
+    return _check_int("ledger_id", ledger_id, 0, MAX_LEDGER_ID)
+
+
+def validate_scope_id(scope_id: object) -> int:
+    """Check a scope id and return it."""
+    return _check_int("scope_id", scope_id, 0, MAX_SCOPE_ID)
+
+
+def validate_entry_id(entry_id: object, allow_last: bool = False) -> int:
+    """Check an entry id (0 .. 2**63-1) and return it; -1 ("last add confirmed") only if `allow_last`."""
+    low = LAST_ADD_CONFIRMED if allow_last else 0
+    return _check_int("entry_id", entry_id, low, MAX_ENTRY_ID)
