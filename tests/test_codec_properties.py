@@ -184,3 +184,25 @@ def test_frame_builder_output_is_the_concatenation_of_single_frames(impl, respon
     assert len(builder) == len(expected)
     assert builder.take() == expected
     assert len(builder) == 0 and builder.take() == b""
+
+
+def test_crc32c_check_values_from_bookkeeper_tests():
+    assert _refcodec.crc32c(b"123456789") == 0xE3069283
+    assert _refcodec.crc32c(b"Some String") == 0x2445290F
+
+
+@settings(max_examples=200, deadline=None)
+@given(digest=st.sampled_from([DigestType.CRC32C, DigestType.CRC32]), scope=scopes, payload=payloads())
+def test_crc_digests_agree_with_the_crc32c_package_and_zlib(digest, scope, payload):
+    """A third, independent checksum implementation: the C libraries behind crc32c and zlib."""
+    import zlib
+
+    import crc32c
+
+    entry = _codec.encode_entry(3, 4, 2, len(payload), payload, digest, b"", scope)
+    header_len = 41 if scope else 32
+    header, stored = entry[:header_len], entry[header_len:header_len + (4 if digest == DigestType.CRC32C else 8)]
+    if digest == DigestType.CRC32C:
+        assert int.from_bytes(stored, "big") == crc32c.crc32c(header + payload)
+    else:
+        assert int.from_bytes(stored, "big") == zlib.crc32(header + payload)
