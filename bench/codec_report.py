@@ -49,10 +49,13 @@ def main():
                 rates = []
                 for impl in (_codec, _refcodec):
                     if op == "encode":
-                        rates.append(rate(lambda: impl.encode_entry(1, 2, 1, size, payload, digest, MAC_KEY),
-                                          args.seconds))
+                        def call(impl=impl, size=size, payload=payload, digest=digest):
+                            return impl.encode_entry(1, 2, 1, size, payload, digest, MAC_KEY)
+                        rates.append(rate(call, args.seconds))
                     else:
-                        rates.append(rate(lambda: impl.decode_entry(data, digest, MAC_KEY, 1, 2), args.seconds))
+                        def call(impl=impl, data=data, digest=digest):
+                            return impl.decode_entry(data, digest, MAC_KEY, 1, 2)
+                        rates.append(rate(call, args.seconds))
                 print(f"{op:7} {digest.name:7} {size:>6} {rates[0] / rates[1]:>7.1f}x {rates[0]:>12,.0f} "
                       f"{rates[1]:>12,.0f} {rates[0] * size / 1e6:>12,.0f}")
     stream = b"".join((1024).to_bytes(4, "big") + os.urandom(1024) for _ in range(1024)) * 100

@@ -2,9 +2,9 @@
 
 Written for clarity rather than speed, straight from the byte layouts of BookKeeper's entry format and
 v2 protocol. Only the standard library is used (CRC-32C is computed here, byte by byte), so the oracle
-shares no checksum code with the Cython module. Tests run every vector through both implementations and compare them; the benchmarks
-measure the Cython speedup against this module. It is not a runtime fallback (set
-BKFAST_PURE_CODEC=1 to make `bkfast.codec` use it anyway, e.g. to debug).
+shares no checksum code with the Cython module. Tests run every vector through both implementations
+and compare them; the benchmarks measure the Cython speedup against this module. It is not a runtime
+fallback (set BKFAST_PURE_CODEC=1 to make `bkfast.codec` use it anyway, e.g. to debug).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from bkfast.digests import (
+from bkfast.digests import (  # noqa: F401 - re-exported: one import gives the whole codec API
     DIGEST_LENGTH,
     EMPTY_PASSWORD_MASTER_KEY,
     MASTER_KEY_LENGTH,

@@ -100,7 +100,7 @@ def test_splitter_gives_the_same_frames_for_every_chunking(impl, bodies, data):
     cuts = [0] + _split_points(data, len(stream)) + [len(stream)]
     splitter = impl.FrameSplitter(max_frame_size=1024)
     frames = []
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in zip(cuts, cuts[1:], strict=False):
         frames += splitter.feed(stream[a:b])
     assert frames == bodies
     assert splitter.buffered_bytes == 0
@@ -132,7 +132,7 @@ def test_garbage_never_crashes_the_splitter_and_both_implementations_agree(garba
     for impl in (_codec, _refcodec):
         splitter = impl.FrameSplitter(max_frame_size=512)
         frames, error = [], None
-        for a, b in zip(cuts, cuts[1:]):
+        for a, b in zip(cuts, cuts[1:], strict=False):
             try:
                 frames += splitter.feed(garbage[a:b])
             except FrameError as e:
