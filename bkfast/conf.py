@@ -175,6 +175,8 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("dbStorage_readAheadCacheBatchBytesSize", int, -1, "Bytes read ahead per cache miss; <= 0 = off"),
     Key("dbStorage_rocksDB_blockCacheSize", int, None, "RocksDB block cache, bytes; unset = storage decides",
         min=0),
+    Key("dbStorage_maxThrottleTimeMs", int, 10000,
+        "How long an add waits for a write-cache flush when both halves are full, ms", min=0),
     # Checkpoints, garbage collection, compaction (spec §4.7)
     Key("flushInterval", int, 10000, "Checkpoint (ledger storage flush) interval, ms", min=1),
     Key("gcWaitTime", int, 600000, "Garbage collection interval, ms", min=1),
@@ -633,6 +635,7 @@ class ServerConfiguration(Configuration):
     db_storage_read_ahead_cache_batch_size = _Setting("dbStorage_readAheadCacheBatchSize")
     db_storage_read_ahead_cache_batch_bytes_size = _Setting("dbStorage_readAheadCacheBatchBytesSize")
     db_storage_rocksdb_block_cache_size = _Setting("dbStorage_rocksDB_blockCacheSize")
+    db_storage_max_throttle_time_ms = _Setting("dbStorage_maxThrottleTimeMs")
     # Checkpoints, garbage collection, compaction
     flush_interval_ms = _Setting("flushInterval")
     gc_wait_time_ms = _Setting("gcWaitTime")

@@ -352,6 +352,26 @@ class InvalidLedgerIdError(BKIncorrectParameterException, ValueError):
     """A ledger id, scope id or qualified name is malformed or out of range."""
 
 
+class JournalCorruptionError(BKBookieIOException):
+    """A journal file holds a record no writer produces, with data after it (not a torn tail).
+
+    `path` and `offset` name the file and the offset of the bad record (None when not known).
+    """
+
+    def __init__(self, message: str | None = None, path: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class WriteCacheFullError(BKTooManyRequestsException):
+    """The ledger storage write cache is full and its flush did not free room in time."""
+
+
+class StorageCorruptionError(BKBookieIOException):
+    """Stored data (entry log or index) is not what its location or header says it is."""
+
+
 # --- the one table of wire codes -------------------------------------------------------------------
 # (error class, v2 rc, v3 status). EOK is absent: success is not an error.
 ERROR_TABLE: tuple[tuple[type[BKError], V2Rc, V3Status], ...] = (

@@ -1,0 +1,564 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Entry log file I/O in Cython: the buffered channel and the record scanner (the hot path).
+
+Owns: the byte framing of an entry log body (`int size | entry`, spec/bookkeeper-formats.md §4.4), the
+write buffer of the log being written (appends are memcpy'd into it; the file sees large pwrites with
+the GIL released), buffer-aware reads (an entry still in the buffer is served from memory, the rest
+with pread, GIL released), fdatasync with the GIL released, and the scanner that walks a region of a
+log file record by record (padding skipped, ledgers-map pseudo-entries skipped, a torn tail detected).
+
+Must never: know about file names, log ids allocation, the ledgers map layout or rotation (that is
+bkfast.bookie.entrylogger), open or choose files (it is handed file descriptors), or import bkfast
+modules other than the leaf `bkfast.errors`.
+
+Concurrency contract: calls that write (add_entry, write, write_at, flush, sync, close) must be
+serialized by the caller. Reads may run in other threads at the same time: every change to the buffer
+and to the buffer/file boundary happens with the GIL held, and a read copies its in-buffer part under
+the GIL before it preads its in-file part (bytes below the boundary never change again).
+"""
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.errno cimport errno, EINTR
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+from posix.types cimport off_t
+from posix.uio cimport iovec, pwritev
+from posix.unistd cimport pread, pwrite, fdatasync, close as c_close
+
+from bkfast.errors import StorageCorruptionError
+
+cdef enum:
+    SIZE_LEN = 4
+    MIN_SANE_ENTRY_SIZE = 16     # ledgerId + entryId (Java's MIN_SANE_ENTRY_SIZE)
+    SCOPED_IDS_LEN = 25          # flags(1) + scope(8) + ledger(8) + entry(8) of a v2 (scoped) entry
+    SCRATCH = 4096               # first read of an entry: its size and, usually, all of it
+
+LOGFILE_HEADER_SIZE = 1024
+INVALID_LID = -1
+LEDGERS_MAP_ENTRY_ID = -2
+MIN_ENTRY_SIZE = MIN_SANE_ENTRY_SIZE
+
+
+# --- big-endian helpers -------------------------------------------------------------------------------
+cdef inline void put_u32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef inline uint32_t get_u32(const uint8_t *p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+
+cdef inline uint64_t get_u64(const uint8_t *p) noexcept nogil:
+    return (<uint64_t>get_u32(p) << 32) | <uint64_t>get_u32(p + 4)
+
+
+# --- raw syscalls (GIL released by the callers) ----------------------------------------------------------
+cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, int64_t off) noexcept nogil:
+    """Write all n bytes at off; 0 or an errno."""
+    cdef Py_ssize_t rc
+    while n > 0:
+        rc = pwrite(fd, p, n, <off_t>off)
+        if rc < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        p += rc
+        n -= rc
+        off += rc
+    return 0
+
+
+cdef int pwritev2_all(int fd, const uint8_t *a, Py_ssize_t na, const uint8_t *b, Py_ssize_t nb,
+                      int64_t off) noexcept nogil:
+    """Write a then b contiguously at off with as few syscalls as the kernel allows; 0 or an errno."""
+    cdef iovec iov[2]
+    cdef Py_ssize_t rc
+    while na > 0:
+        iov[0].iov_base = <void*>a
+        iov[0].iov_len = na
+        iov[1].iov_base = <void*>b
+        iov[1].iov_len = nb
+        rc = pwritev(fd, iov, 2, <off_t>off)
+        if rc < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        off += rc
+        if rc >= na:
+            rc -= na
+            na = 0
+            b += rc
+            nb -= rc
+        else:
+            a += rc
+            na -= rc
+    return pwrite_all(fd, b, nb, off)
+
+
+cdef Py_ssize_t pread_upto(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *err) noexcept nogil:
+    """Read up to n bytes at off (fewer only at end of file); sets *err to an errno on failure."""
+    cdef Py_ssize_t got = 0, rc
+    err[0] = 0
+    while got < n:
+        rc = pread(fd, p + got, n - got, <off_t>(off + got))
+        if rc < 0:
+            if errno == EINTR:
+                continue
+            err[0] = errno
+            return got
+        if rc == 0:
+            break
+        got += rc
+    return got
+
+
+cdef inline int entry_ids(const uint8_t *p, Py_ssize_t n, uint64_t *scope, int64_t *ledger,
+                          int64_t *entry) noexcept nogil:
+    """Ids of a stored entry of n bytes: 0 ok, -1 too short for its format."""
+    if n >= 1 and (p[0] & 0x80):
+        if n < SCOPED_IDS_LEN:
+            return -1
+        scope[0] = get_u64(p + 1)
+        ledger[0] = <int64_t>get_u64(p + 9)
+        entry[0] = <int64_t>get_u64(p + 17)
+        return 0
+    if n < MIN_SANE_ENTRY_SIZE:
+        return -1
+    scope[0] = 0
+    ledger[0] = <int64_t>get_u64(p)
+    entry[0] = <int64_t>get_u64(p + 8)
+    return 0
+
+
+cdef inline bint is_map_record(const uint8_t *p) noexcept nogil:
+    # A ledgers-map batch starts with INVALID_LID (-1): eight 0xff bytes. No entry can start like that:
+    # a v1 ledger id is non-negative and 0xff is not a valid v2 flags byte.
+    return get_u64(p) == 0xFFFFFFFFFFFFFFFFULL
+
+
+# --- the buffered channel ------------------------------------------------------------------------------
+cdef class BufferedChannel:
+    """One entry log file: an append buffer in front of the file, and buffer-aware reads.
+
+    The channel owns `fd` and closes it in close(). `buffer_size` 0 makes a read-only channel (for logs
+    written by an earlier process). Positions are file offsets; `position` includes buffered bytes.
+    """
+
+    cdef readonly int fd
+    cdef readonly int64_t log_id
+    cdef uint8_t *buf
+    cdef Py_ssize_t capacity
+    cdef Py_ssize_t used
+    cdef int64_t file_pos        # bytes already handed to the file = file offset of buf[0]
+    cdef bint dirty              # the file got bytes since the last fdatasync
+    cdef readonly bint closed
+
+    def __cinit__(self, int fd, int64_t log_id, int64_t file_size, Py_ssize_t buffer_size=65536):
+        self.fd = fd
+        self.log_id = log_id
+        self.file_pos = file_size
+        self.capacity = buffer_size if buffer_size > 0 else 0
+        self.used = 0
+        self.dirty = False
+        self.closed = False
+        self.buf = NULL
+        if self.capacity:
+            self.buf = <uint8_t*>malloc(self.capacity)
+            if self.buf == NULL:
+                raise MemoryError()
+
+    def __dealloc__(self):
+        if self.buf != NULL:
+            free(self.buf)
+            self.buf = NULL
+        # The fd is closed only by close(): closing in a finalizer could close an fd number that the
+        # process has since reused for another file.
+
+    @property
+    def position(self):
+        """Logical end of the log: file bytes plus buffered bytes (where the next write lands)."""
+        return self.file_pos + self.used
+
+    @property
+    def buffered(self):
+        return self.used
+
+    @property
+    def writable(self):
+        return self.capacity > 0 and not self.closed
+
+    @property
+    def unsynced(self):
+        """True when some written bytes may not be durable yet (buffered or not fdatasync'd)."""
+        return self.used > 0 or self.dirty
+
+    cdef int check_writable(self) except -1:
+        if self.closed:
+            raise ValueError(f"entry log {self.log_id:x} is closed")
+        if self.capacity == 0:
+            raise ValueError(f"entry log {self.log_id:x} was opened read-only")
+        return 0
+
+    cdef int flush_buffer(self) except -1:
+        cdef int err
+        cdef Py_ssize_t n = self.used
+        if n == 0:
+            return 0
+        with nogil:
+            err = pwrite_all(self.fd, self.buf, n, self.file_pos)
+        if err:
+            raise OSError(err, f"write to entry log {self.log_id:x} failed")
+        # Move the boundary only now, with the GIL held: a concurrent reader sees either "in buffer"
+        # (still valid until the next append) or "in file" (already written).
+        self.file_pos += n
+        self.used = 0
+        self.dirty = True
+        return 0
+
+    cdef int64_t append(self, const uint8_t *p, Py_ssize_t n, bint with_size) except -1:
+        """Append [size] + bytes; return the file offset of the bytes (after the size)."""
+        cdef Py_ssize_t total = n + (SIZE_LEN if with_size else 0)
+        cdef int64_t at
+        cdef uint8_t hdr[4]
+        cdef int err
+        self.check_writable()
+        if self.used + total > self.capacity:
+            self.flush_buffer()
+        if total <= self.capacity:
+            at = self.file_pos + self.used
+            if with_size:
+                put_u32(self.buf + self.used, <uint32_t>n)
+                at += SIZE_LEN
+                self.used += SIZE_LEN
+            if n:
+                memcpy(self.buf + self.used, p, n)
+            self.used += n
+            return at
+        # Bigger than the whole buffer: straight to the file (the buffer is empty here), one syscall.
+        put_u32(hdr, <uint32_t>n)
+        with nogil:
+            if with_size:
+                err = pwritev2_all(self.fd, hdr, SIZE_LEN, p, n, self.file_pos)
+            else:
+                err = pwrite_all(self.fd, p, n, self.file_pos)
+        if err:
+            raise OSError(err, f"write to entry log {self.log_id:x} failed")
+        at = self.file_pos + (SIZE_LEN if with_size else 0)
+        self.file_pos += total
+        self.dirty = True
+        return at
+
+    def add_entry(self, entry):
+        """Append `int size | entry`; return the location `(log_id << 32) | offset of the entry bytes`."""
+        cdef Py_buffer view
+        cdef int64_t at
+        PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE)
+        try:
+            if view.len > 0x7FFFFFFF:
+                raise ValueError(f"entry of {view.len} bytes does not fit an int size")
+            at = self.append(<const uint8_t*>view.buf, view.len, True)
+        finally:
+            PyBuffer_Release(&view)
+        return (self.log_id << 32) | at
+
+    def add_entries(self, list entries):
+        """add_entry for each buffer of a list; the list of their locations (one call per flush batch)."""
+        cdef Py_buffer view
+        cdef int64_t at
+        cdef list out = []
+        cdef object base = self.log_id << 32
+        for entry in entries:
+            PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE)
+            try:
+                if view.len > 0x7FFFFFFF:
+                    raise ValueError(f"entry of {view.len} bytes does not fit an int size")
+                at = self.append(<const uint8_t*>view.buf, view.len, True)
+            finally:
+                PyBuffer_Release(&view)
+            out.append(base | at)
+        return out
+
+    def write(self, data):
+        """Append raw bytes (header, ledgers map); return the offset they start at."""
+        cdef Py_buffer view
+        cdef int64_t at
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            at = self.append(<const uint8_t*>view.buf, view.len, False)
+        finally:
+            PyBuffer_Release(&view)
+        return at
+
+    def write_at(self, data, int64_t offset):
+        """Overwrite bytes at `offset` in place (header patch). Buffered bytes are flushed first."""
+        cdef Py_buffer view
+        cdef int err
+        self.check_writable()
+        self.flush_buffer()
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            if offset < 0 or offset + view.len > self.file_pos:
+                raise ValueError(f"write_at({offset}, {view.len} bytes) outside the written log")
+            with nogil:
+                err = pwrite_all(self.fd, <const uint8_t*>view.buf, view.len, offset)
+        finally:
+            PyBuffer_Release(&view)
+        if err:
+            raise OSError(err, f"write to entry log {self.log_id:x} failed")
+        self.dirty = True
+
+    def flush(self):
+        """Hand buffered bytes to the file (no fdatasync)."""
+        if not self.closed and self.capacity:
+            self.flush_buffer()
+
+    def sync(self):
+        """flush() and fdatasync the file (GIL released), so every appended byte is durable."""
+        cdef int rc = 0, err = 0
+        if self.closed:
+            raise ValueError(f"entry log {self.log_id:x} is closed")
+        if self.capacity:
+            self.flush_buffer()
+        if not self.dirty:
+            return
+        with nogil:
+            rc = fdatasync(self.fd)
+            if rc != 0:
+                err = errno
+        if err:
+            raise OSError(err, f"fdatasync of entry log {self.log_id:x} failed")
+        self.dirty = False
+
+    def close(self):
+        """Close the fd. Buffered bytes are dropped: the caller flushes/syncs first."""
+        if self.closed:
+            return
+        self.closed = True
+        c_close(self.fd)
+
+    cdef Py_ssize_t read_into(self, uint8_t *dst, int64_t offset, Py_ssize_t n) except -1:
+        """Copy up to n bytes at offset (buffer first, under the GIL; then file, without it)."""
+        cdef int64_t boundary = self.file_pos
+        cdef int64_t end = self.file_pos + self.used
+        cdef Py_ssize_t in_file, got = 0, k
+        cdef int err = 0
+        if self.closed:
+            raise ValueError(f"entry log {self.log_id:x} is closed")
+        if self.capacity and offset + n > end:
+            n = end - offset if end > offset else 0
+        if n <= 0:
+            return 0
+        in_file = n
+        if self.capacity and offset + n > boundary:
+            in_file = boundary - offset if boundary > offset else 0
+            k = n - in_file
+            memcpy(dst + in_file, self.buf + (offset + in_file - boundary), k)
+            got = k
+        if in_file:
+            with nogil:
+                k = pread_upto(self.fd, dst, in_file, offset, &err)
+            if err:
+                raise OSError(err, f"read of entry log {self.log_id:x} failed")
+            if k < in_file:
+                # A short file read: only the part before the gap is usable.
+                return k
+            got += k
+        return got
+
+    def read(self, int64_t offset, Py_ssize_t n):
+        """Up to n bytes at offset (fewer at the end of the log)."""
+        cdef bytes out
+        cdef Py_ssize_t got
+        if n < 0 or offset < 0:
+            raise ValueError("negative offset or length")
+        out = PyBytes_FromStringAndSize(NULL, n)
+        got = self.read_into(<uint8_t*>PyBytes_AS_STRING(out), offset, n)
+        return out if got == n else out[:got]
+
+    def read_entry(self, int64_t pos, Py_ssize_t max_sane_size=0):
+        """The entry whose bytes start at file offset `pos` (its int size is at pos - 4).
+
+        Checks the size is >= 16 and that the whole entry exists; StorageCorruptionError otherwise.
+        `max_sane_size` > 0 rejects larger sizes (a damaged size field would otherwise make us allocate
+        whatever it says).
+        """
+        cdef uint8_t scratch[SCRATCH]
+        cdef Py_ssize_t got, size, have
+        cdef bytes out
+        if pos < SIZE_LEN:
+            raise StorageCorruptionError(f"entry log {self.log_id:x}: no entry can start at offset {pos}")
+        got = self.read_into(scratch, pos - SIZE_LEN, SCRATCH)
+        if got < SIZE_LEN:
+            raise StorageCorruptionError(
+                f"entry log {self.log_id:x}: offset {pos} is past the end of the log")
+        size = <int32_t>get_u32(scratch)
+        if size < MIN_SANE_ENTRY_SIZE:
+            raise StorageCorruptionError(
+                f"entry log {self.log_id:x}: invalid entry size {size} at offset {pos} (minimum 16)")
+        if max_sane_size > 0 and size > max_sane_size:
+            raise StorageCorruptionError(
+                f"entry log {self.log_id:x}: entry size {size} at offset {pos} exceeds {max_sane_size}")
+        out = PyBytes_FromStringAndSize(NULL, size)
+        have = got - SIZE_LEN
+        if have > size:
+            have = size
+        memcpy(PyBytes_AS_STRING(out), scratch + SIZE_LEN, have)
+        if have < size:
+            got = self.read_into(<uint8_t*>PyBytes_AS_STRING(out) + have, pos + have, size - have)
+            if got < size - have:
+                raise StorageCorruptionError(
+                    f"entry log {self.log_id:x}: short read of the {size}-byte entry at offset {pos} "
+                    f"({have + got} bytes available)")
+        return out
+
+    def scanner(self, int64_t start, int64_t end=-1, Py_ssize_t chunk_size=1 << 20):
+        """A LogScanner over [start, end) of this log (end -1 = the current end). Flushes the buffer."""
+        if self.capacity and not self.closed:
+            self.flush_buffer()
+        if end < 0:
+            end = self.file_pos
+        return LogScanner(self, start, end, chunk_size)
+
+
+# --- scanning ------------------------------------------------------------------------------------------
+cdef class LogScanner:
+    """Walks `int size | entry` records of a log region in chunks of `chunk_size` bytes.
+
+    next_batch() returns a list of (offset, size, scope_id, ledger_id, entry_id, data) tuples, where
+    offset is the file offset of the entry bytes (location = (log_id << 32) | offset) and data is the
+    entry (or None when with_data is False). As Java's scanner does: a size <= 0 is padding (skip one
+    byte); a record whose ledger id is -1 is a ledgers-map batch (skipped). Records too short for their
+    ids are skipped. A record that runs past `end` is a torn tail: scanning stops and `truncated` is set.
+    """
+
+    cdef BufferedChannel channel
+    cdef int64_t pos
+    cdef readonly int64_t end
+    cdef Py_ssize_t chunk_size
+    cdef readonly bint truncated
+
+    def __cinit__(self, BufferedChannel channel, int64_t start, int64_t end, Py_ssize_t chunk_size=1 << 20):
+        self.channel = channel
+        self.pos = start
+        self.end = end
+        self.chunk_size = chunk_size if chunk_size >= 4096 else 4096
+        self.truncated = False
+
+    @property
+    def position(self):
+        return self.pos
+
+    @property
+    def done(self):
+        return self.truncated or self.pos + SIZE_LEN > self.end
+
+    def next_batch(self, bint with_data=True):
+        cdef Py_ssize_t want, got, i = 0, need
+        cdef int32_t size
+        cdef uint64_t scope = 0
+        cdef int64_t ledger = 0, entry = 0
+        cdef const uint8_t *p
+        cdef bytes chunk, data
+        cdef list out = []
+        if self.truncated or self.pos + SIZE_LEN > self.end:
+            return out
+        want = self.chunk_size
+        if self.end - self.pos < want:
+            want = self.end - self.pos
+        chunk = PyBytes_FromStringAndSize(NULL, want)
+        got = self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(chunk), self.pos, want)
+        p = <const uint8_t*>PyBytes_AS_STRING(chunk)
+        if got < want:
+            # The file is shorter than `end` said: treat the missing part as a torn tail.
+            self.end = self.pos + got
+        while True:
+            if self.pos + i + SIZE_LEN > self.end:
+                self.pos += i
+                return out
+            if i + SIZE_LEN > got:
+                break
+            size = <int32_t>get_u32(p + i)
+            if size <= 0:
+                i += 1                                   # padding
+                continue
+            need = SIZE_LEN + (size if size < SCOPED_IDS_LEN else SCOPED_IDS_LEN)
+            if i + need > got:
+                if self.pos + i + need > self.end:
+                    self.truncated = True
+                    self.pos += i
+                    return out
+                break                                    # refill from this record
+            if self.pos + i + SIZE_LEN + size > self.end:
+                self.truncated = True
+                self.pos += i
+                return out
+            if size >= 8 and is_map_record(p + i + SIZE_LEN):
+                i += SIZE_LEN + size
+                continue
+            if entry_ids(p + i + SIZE_LEN, size, &scope, &ledger, &entry) != 0:
+                i += SIZE_LEN + size                     # too short to be an entry
+                continue
+            if i + SIZE_LEN + size <= got:
+                data = PyBytes_FromStringAndSize(<const char*>(p + i + SIZE_LEN), size) if with_data else None
+                out.append((self.pos + i + SIZE_LEN, size, scope, ledger, entry, data))
+                i += SIZE_LEN + size
+                continue
+            # The record runs past this chunk: read it on its own, then refill after it.
+            if with_data:
+                data = PyBytes_FromStringAndSize(NULL, size)
+                if self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(data), self.pos + i + SIZE_LEN,
+                                          size) < size:
+                    self.truncated = True
+                    self.pos += i
+                    return out
+            else:
+                data = None
+            out.append((self.pos + i + SIZE_LEN, size, scope, ledger, entry, data))
+            i += SIZE_LEN + size
+            break
+        self.pos += i
+        return out
+
+
+def parse_run(data, int64_t base, int64_t location_base, uint64_t want_scope, int64_t want_ledger,
+              Py_ssize_t max_count):
+    """Consecutive entries of one ledger at the start of `data` (file bytes from offset `base`, which
+    holds an int size). Stops at the first record of another ledger, a map record, padding, an
+    incomplete record, or after max_count entries.
+
+    Returns ([(entry_id, location_base | offset, entry bytes)], file offset after the last entry taken).
+    Used by read-ahead: a flush writes each ledger's entries contiguously and in entry order.
+    """
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, i = 0, taken = 0
+    cdef int32_t size
+    cdef uint64_t scope = 0
+    cdef int64_t ledger = 0, entry = 0
+    cdef list out = []
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        while taken < max_count and i + SIZE_LEN <= n:
+            size = <int32_t>get_u32(p + i)
+            if size < MIN_SANE_ENTRY_SIZE or i + SIZE_LEN + size > n:
+                break
+            if is_map_record(p + i + SIZE_LEN):
+                break
+            if entry_ids(p + i + SIZE_LEN, size, &scope, &ledger, &entry) != 0:
+                break
+            if scope != want_scope or ledger != want_ledger:
+                break
+            out.append((entry, location_base | (base + i + SIZE_LEN),
+                        PyBytes_FromStringAndSize(<const char*>(p + i + SIZE_LEN), size)))
+            taken += 1
+            i += SIZE_LEN + size
+    finally:
+        PyBuffer_Release(&view)
+    return out, base + i

@@ -1,0 +1,256 @@
+"""DbLedgerStorage of one ledger directory (Java's SingleDirectoryDbLedgerStorage).
+
+Owns, for one ledger dir and its index dir: the entry logger, the write cache, the read-ahead cache,
+the location index and the ledger metadata index, the flush (write cache -> entry log -> fsync ->
+index commit) and the background flush thread, and the read path
+
+    write cache (active, flushing) -> read-ahead cache -> location index -> entry log pread
+
+with read-ahead on a miss: the next `dbStorage_readAheadCacheBatchSize` entries of the same ledger that
+follow the entry in its log (a flush writes each ledger contiguously) are cached.
+
+Flush ordering (the durability contract): entries are appended to the entry log, the entry log is
+fsynced (EntryLogger.flush), and only THEN are their locations committed to RocksDB (one synced batch
+per store). An index entry therefore never points at data that a crash could lose. The ledger metadata
+store is synced at the end of every flush, so after flush() returns the Bookie may move its lastMark.
+
+The flush thread: when an add finds the active half of the write cache full it wakes this thread,
+which runs flush() (swapping the halves first, so adds continue at once into the empty half). Adds
+block only while both halves are full, for at most `dbStorage_maxThrottleTimeMs` (default 10000, as in
+Java), then fail with WriteCacheFullError. Periodic checkpoints are the Bookie's job (it calls flush()).
+
+Must never: hold the flush lock while waiting for cache room, commit locations before the entries are
+durable, or verify digests (entries are stored and returned verbatim).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from pathlib import Path
+
+from bkfast.bookie.entrylogger import EntryLogger
+from bkfast.codec import peek_entry_ids
+from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
+from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
+from bkfast.dbstorage.read_cache import ReadCache
+from bkfast.dbstorage.write_cache import WriteCache
+from bkfast.errors import BKIllegalOpException, BKNoSuchEntryException, BKNoSuchLedgerExistsException
+
+__all__ = ["SingleDirectoryDbLedgerStorage"]
+
+log = logging.getLogger(__name__)
+
+_LONG = struct.Struct(">q")
+_READ_AHEAD_MAX_BYTES = 4 << 20  # cap per miss when dbStorage_readAheadCacheBatchBytesSize is off
+
+
+def _ledger_name(scope_id: int, ledger_id: int) -> str:
+    return f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
+
+
+class SingleDirectoryDbLedgerStorage:
+    """Entries and ledger metadata of the ledgers a DbLedgerStorage routes to one directory."""
+
+    def __init__(self, ledger_dir, index_dir, conf, entry_logger: EntryLogger | None = None, *,
+                 write_cache_bytes: int, read_cache_bytes: int):
+        self.ledger_dir = Path(ledger_dir)
+        self.index_dir = Path(index_dir)
+        current = self.index_dir / "current"
+        current.mkdir(parents=True, exist_ok=True)
+        self._owns_logger = entry_logger is None
+        self._entry_logger = entry_logger if entry_logger is not None else EntryLogger([self.ledger_dir], conf)
+        block_cache = conf.db_storage_rocksdb_block_cache_size
+        block_cache = int(block_cache) if block_cache is not None else 32 << 20
+        self._locations = LocationIndex(current, block_cache)
+        self._ledgers = LedgerMetadataIndex(current)
+        self._flush_event = threading.Event()
+        max_wait_s = conf.db_storage_max_throttle_time_ms / 1000.0
+        self._write_cache = WriteCache(write_cache_bytes, max_wait_s, self._flush_event.set)
+        self._read_cache = ReadCache(read_cache_bytes)
+        self._read_ahead_count = int(conf.db_storage_read_ahead_cache_batch_size)
+        batch_bytes = int(conf.db_storage_read_ahead_cache_batch_bytes_size)
+        self._read_ahead_bytes = batch_bytes if batch_bytes > 0 else _READ_AHEAD_MAX_BYTES
+        self._read_ahead_on = self._read_cache.enabled and self._read_ahead_count > 0
+        self._flush_lock = threading.Lock()
+        self._closed = False
+        self.last_flush_error: BaseException | None = None
+        self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True,
+                                              name=f"db-storage-flush-{self.ledger_dir.name}")
+        self._flush_thread.start()
+
+    # -- ledger metadata (same signatures as DbLedgerStorage, which may hand these out directly) -------
+
+    def set_master_key(self, ledger_id: int, key: bytes, scope_id: int = 0) -> None:
+        self._ledgers.set_master_key(scope_id, ledger_id, key)
+
+    def get_master_key(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        data = self._ledgers.get(scope_id, ledger_id)
+        return None if data is None else data.masterKey
+
+    def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
+        return self._ledgers.exists(scope_id, ledger_id)
+
+    def set_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        return self._ledgers.set_fenced(scope_id, ledger_id)
+
+    def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        data = self._ledgers.get(scope_id, ledger_id)
+        if data is None:
+            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {_ledger_name(scope_id, ledger_id)}")
+        return data.fenced
+
+    def set_explicit_lac(self, ledger_id: int, lac_buffer: bytes, scope_id: int = 0) -> None:
+        self._ledgers.set_explicit_lac(scope_id, ledger_id, lac_buffer)
+
+    def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        data = self._ledgers.get(scope_id, ledger_id)
+        if data is None:
+            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {_ledger_name(scope_id, ledger_id)}")
+        return data.explicitLac if data.HasField("explicitLac") else None
+
+    def list_ledgers(self, scope_id: int = 0) -> list[int]:
+        return self._ledgers.list(scope_id)
+
+    # -- entries -----------------------------------------------------------------------------------
+
+    def add_entry(self, entry_bytes) -> tuple[int, int, int]:
+        """Store an entry as received; its ids come from its own header."""
+        _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
+        self.put_entry(scope_id, ledger_id, entry_id, entry_bytes)
+        return scope_id, ledger_id, entry_id
+
+    def put_entry(self, scope_id: int, ledger_id: int, entry_id: int, entry_bytes) -> None:
+        """add_entry with the ids already peeked (the multi-directory router has them)."""
+        if ledger_id < 0 or entry_id < 0:
+            raise BKIllegalOpException(f"entry {entry_id} of ledger {ledger_id}: ids must not be negative")
+        if self._closed:
+            raise ValueError("the ledger storage is closed")
+        data = entry_bytes if type(entry_bytes) is bytes else bytes(entry_bytes)
+        self._write_cache.put(ledger_id if not scope_id else (scope_id << 64) | ledger_id, entry_id, data)
+
+    def _missing(self, scope_id: int, ledger_id: int, entry_id: int):
+        if not self._ledgers.exists(scope_id, ledger_id):
+            return BKNoSuchLedgerExistsException(
+                f"No such ledger exists: {_ledger_name(scope_id, ledger_id)} is not on this bookie")
+        return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {_ledger_name(scope_id, ledger_id)}")
+
+    def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
+        if entry_id < 0:
+            return self._get_last_entry(scope_id, ledger_id)
+        key = ledger_id if not scope_id else (scope_id << 64) | ledger_id  # qualified_key, inlined
+        data = self._write_cache.get(key, entry_id)
+        if data is not None:
+            return data
+        data = self._read_cache.get(key, entry_id)
+        if data is not None:
+            return data
+        location = self._locations.get(scope_id, ledger_id, entry_id)
+        if location is None:
+            # The entry may have left the write cache for the index between the two lookups.
+            data = self._write_cache.get(key, entry_id)
+            if data is not None:
+                return data
+            raise self._missing(scope_id, ledger_id, entry_id)
+        data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
+        if self._read_ahead_on:
+            self._read_ahead(key, scope_id, ledger_id, location + len(data) + 4, len(data))
+        return data
+
+    def _read_ahead(self, key: int, scope_id: int, ledger_id: int, next_location: int, size: int) -> None:
+        # Bytes to read: as much as batch-size entries like this one would take, within the byte cap.
+        budget = min(self._read_ahead_bytes, self._read_ahead_count * (size + 4))
+        try:
+            run = self._entry_logger.read_run(scope_id, ledger_id, next_location, self._read_ahead_count, budget)
+        except Exception as e:  # read-ahead is an optimisation: the entry asked for is already read
+            log.debug("read-ahead after %s failed: %s", _ledger_name(scope_id, ledger_id), e)
+            return
+        if run:
+            self._read_cache.put_run(key, run)
+
+    def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
+        """Highest entry id stored for the ledger (write cache or index), -1 when none."""
+        cached = self._write_cache.last_entry(qualified_key(scope_id, ledger_id))
+        indexed = self._locations.last_entry(scope_id, ledger_id)
+        return max(cached, indexed[0] if indexed is not None else -1)
+
+    def _get_last_entry(self, scope_id: int, ledger_id: int) -> bytes:
+        last = self.get_last_entry_id(ledger_id, scope_id)
+        if last < 0:
+            raise self._missing(scope_id, ledger_id, -1)
+        return self.get_entry(ledger_id, last, scope_id)
+
+    def get_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
+        data = self.get_entry(ledger_id, -1, scope_id)
+        return _LONG.unpack_from(data, 25 if data[0] & 0x80 else 16)[0]
+
+    def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
+        ids = set(self._locations.entries(scope_id, ledger_id))
+        ids |= self._write_cache.entry_ids(qualified_key(scope_id, ledger_id))
+        return sorted(ids)
+
+    def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
+        key = qualified_key(scope_id, ledger_id)
+        # Under the flush lock, so a flush in progress cannot re-insert the ledger's locations after
+        # the deleteRange. The entry-log bytes are reclaimed later by garbage collection.
+        with self._flush_lock:
+            self._write_cache.delete_ledger(key)
+            self._read_cache.delete_ledger(key)
+            self._locations.delete_ledger(scope_id, ledger_id)
+            self._ledgers.delete(scope_id, ledger_id)
+
+    # -- flushing ----------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make every entry added before the call durable and indexed; sync ledger metadata."""
+        with self._flush_lock:
+            while True:
+                half, retry = self._write_cache.begin_flush()
+                if half.count:
+                    batch = LocationBatch()
+                    add_entries = self._entry_logger.add_entries
+                    for key, entry_ids, datas in half.sorted_runs():
+                        scope_id, ledger_id = split_key(key)
+                        batch.add(scope_id, ledger_id, entry_ids, add_entries(ledger_id, datas))
+                    self._entry_logger.flush()      # entries durable ...
+                    self._locations.commit(batch)   # ... before the index points at them
+                self._write_cache.end_flush()
+                if not retry:
+                    break
+            self._ledgers.sync()
+            self.last_flush_error = None
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._flush_event.wait()
+            self._flush_event.clear()
+            if self._closed:
+                return
+            try:
+                self.flush()
+            except Exception as e:  # noqa: BLE001 - reported, and the next flush retries the same half
+                self.last_flush_error = e
+                log.error("background flush of %s failed: %s", self.ledger_dir, e)
+
+    @property
+    def write_cache_size(self) -> int:
+        return self._write_cache.size
+
+    @property
+    def read_cache_size(self) -> int:
+        return self._read_cache.size
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True  # refuse new adds first, so the final flush below really is final
+        self._flush_event.set()
+        self._flush_thread.join()
+        self.flush()
+        if self._owns_logger:
+            self._entry_logger.close()
+        else:
+            self._entry_logger.flush()
+        self._locations.close()
+        self._ledgers.close()

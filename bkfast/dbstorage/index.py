@@ -1,0 +1,301 @@
+"""RocksDB (rocksdict, raw mode) stores of DbLedgerStorage, and the entry location index on top of them.
+
+Owns: opening and closing one RocksDB database per store directory (so a store can be reopened in the
+same process: no iterator, view or snapshot outlives a call), the key layouts of the location stores
+(spec/bookkeeper-formats.md §4.6 and spec/scope-ids.md "Bookie storage"):
+
+    locations     key = ledgerId(8) | entryId(8)               value = location(8)   (Java's, byte-identical)
+    locations128  key = scope(8) | ledgerId(8) | entryId(8)    value = location(8)   (scope != 0 only)
+
+all big-endian (ids signed, scope unsigned), and the location operations: point lookup, floor lookup of
+a ledger's last entry, a ledger's entry ids, ledger deletion by deleteRange, and atomic batch commits.
+
+Must never: read entry logs, cache entries, or decide when a batch is committed (the storage commits
+only after the entry logs holding the batch's entries are fsynced). `locations128` is created on the
+first scoped write, so a bookie that never sees scope != 0 keeps a Java-identical directory.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+__all__ = [
+    "LOCATIONS",
+    "LOCATIONS128",
+    "LocationBatch",
+    "LocationIndex",
+    "RocksStore",
+    "ledger_prefix",
+    "qualified_key",
+    "split_key",
+]
+
+LOCATIONS = "locations"
+LOCATIONS128 = "locations128"
+
+_LONG = struct.Struct(">q")
+_LOC_KEY = struct.Struct(">qq")
+_LOC_KEY128 = struct.Struct(">Qqq")
+_PREFIX128 = struct.Struct(">Qq")
+_MAX_LONG = 2**63 - 1
+_LOW64 = (1 << 64) - 1
+
+
+def qualified_key(scope_id: int, ledger_id: int) -> int:
+    """One int naming a ledger in every in-memory map: the ledger id for scope 0, else scope<<64|id.
+
+    Sorting these keys sorts ledgers by (scope, ledger) with scope 0 first, which is the order a flush
+    writes them in.
+    """
+    return ledger_id if not scope_id else (scope_id << 64) | ledger_id
+
+
+def split_key(key: int) -> tuple[int, int]:
+    """(scope_id, ledger_id) of a qualified_key."""
+    return key >> 64, key & _LOW64
+
+
+def ledger_prefix(scope_id: int, ledger_id: int) -> bytes:
+    """Key prefix of a ledger's entries in its location store."""
+    return _LONG.pack(ledger_id) if not scope_id else _PREFIX128.pack(scope_id, ledger_id)
+
+
+def _next_prefix(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with prefix (None: no such key)."""
+    value = int.from_bytes(prefix, "big") + 1
+    if value >> (8 * len(prefix)):
+        return None
+    return value.to_bytes(len(prefix), "big")
+
+
+class RocksStore:
+    """One RocksDB database directory opened in raw mode (bytes keys and values)."""
+
+    def __init__(self, path: Path, *, block_cache_bytes: int = 8 << 20, bloom_bits: int = 10):
+        self.path = Path(path)
+        opt = Options(raw_mode=True)
+        opt.create_if_missing(True)
+        opt.set_compression_type(DBCompressionType.lz4())
+        table = BlockBasedOptions()
+        if block_cache_bytes > 0:
+            table.set_block_cache(Cache(block_cache_bytes))
+        if bloom_bits > 0:
+            table.set_bloom_filter(bloom_bits, False)
+        opt.set_block_based_table_factory(table)
+        # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
+        # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
+        self._db: Rdict | None = Rdict(str(self.path), opt)
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        self._lock = threading.Lock()  # guards close against concurrent use
+
+    @property
+    def db(self) -> Rdict:
+        db = self._db
+        if db is None:
+            raise ValueError(f"RocksDB store {self.path} is closed")
+        return db
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.db.get(key)
+
+    def put(self, key: bytes, value: bytes, sync: bool = False) -> None:
+        if sync:
+            self.db.put(key, value, write_opt=self._sync)
+        else:
+            self.db.put(key, value)
+
+    def delete(self, key: bytes, sync: bool = False) -> None:
+        if sync:
+            self.db.delete(key, write_opt=self._sync)
+        else:
+            self.db.delete(key)
+
+    def write(self, batch: WriteBatch, sync: bool = False) -> None:
+        if sync:
+            self.db.write(batch, write_opt=self._sync)
+        else:
+            self.db.write(batch)
+
+    def delete_range(self, begin: bytes, end: bytes | None, sync: bool = False) -> None:
+        if end is None:
+            keys = [k for k, _ in self.range(begin, None)]
+            for k in keys:
+                self.db.delete(k)
+        else:
+            self.db.delete_range(begin, end)
+        if sync:
+            self.sync()
+
+    def floor(self, key: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+        """The greatest (key, value) <= key that starts with prefix."""
+        it = self.db.iter()
+        try:
+            it.seek_for_prev(key)
+            if it.valid():
+                found = it.key()
+                if found.startswith(prefix):
+                    return found, it.value()
+            return None
+        finally:
+            del it  # an iterator keeps the database open (rocksdict gotcha)
+
+    def range(self, begin: bytes, end: bytes | None) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) with begin <= key < end (end None: to the last key)."""
+        ro = ReadOptions()
+        if end is not None:
+            ro.set_iterate_upper_bound(end)
+        it = self.db.iter(ro)
+        out = []
+        try:
+            it.seek(begin)
+            while it.valid():
+                out.append((it.key(), it.value()))
+                it.next()
+        finally:
+            del it
+        return out
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        it = self.db.iter()
+        out = []
+        try:
+            it.seek_to_first()
+            while it.valid():
+                out.append((it.key(), it.value()))
+                it.next()
+        finally:
+            del it
+        return out
+
+    def sync(self) -> None:
+        """Make every write so far durable (fsync of the write-ahead log)."""
+        self.db.flush_wal(True)
+
+    def close(self) -> None:
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            db.close()
+            del db
+
+
+class LocationBatch:
+    """Locations of one flush, committed atomically per store by LocationIndex.commit."""
+
+    __slots__ = ("plain", "scoped", "count")
+
+    def __init__(self):
+        self.plain = WriteBatch(raw_mode=True)
+        self.scoped: WriteBatch | None = None
+        self.count = 0
+
+    def add(self, scope_id: int, ledger_id: int, entry_ids: Iterable[int], locations: Iterable[int]) -> None:
+        pack_value = _LONG.pack
+        if not scope_id:
+            put = self.plain.put
+            pack_key = _LOC_KEY.pack
+            for entry_id, location in zip(entry_ids, locations, strict=True):
+                put(pack_key(ledger_id, entry_id), pack_value(location))
+                self.count += 1
+            return
+        if self.scoped is None:
+            self.scoped = WriteBatch(raw_mode=True)
+        put = self.scoped.put
+        pack_key = _LOC_KEY128.pack
+        for entry_id, location in zip(entry_ids, locations, strict=True):
+            put(pack_key(scope_id, ledger_id, entry_id), pack_value(location))
+            self.count += 1
+
+
+class LocationIndex:
+    """Entry locations of one index directory: `locations` and, once needed, `locations128`."""
+
+    def __init__(self, current_dir: Path, block_cache_bytes: int):
+        self._dir = Path(current_dir)
+        self._cache_bytes = block_cache_bytes
+        self._plain = RocksStore(self._dir / LOCATIONS, block_cache_bytes=block_cache_bytes)
+        self._scoped: RocksStore | None = None
+        self._scoped_lock = threading.Lock()
+        if (self._dir / LOCATIONS128).is_dir():
+            self._scoped = RocksStore(self._dir / LOCATIONS128, block_cache_bytes=block_cache_bytes // 4)
+
+    def _store(self, scope_id: int, create: bool = False) -> RocksStore | None:
+        if not scope_id:
+            return self._plain
+        if self._scoped is None and create:
+            with self._scoped_lock:
+                if self._scoped is None:
+                    self._scoped = RocksStore(self._dir / LOCATIONS128, block_cache_bytes=self._cache_bytes // 4)
+        return self._scoped
+
+    def get(self, scope_id: int, ledger_id: int, entry_id: int) -> int | None:
+        if not scope_id:
+            value = self._plain.get(_LOC_KEY.pack(ledger_id, entry_id))
+        else:
+            store = self._scoped
+            if store is None:
+                return None
+            value = store.get(_LOC_KEY128.pack(scope_id, ledger_id, entry_id))
+        return None if value is None else _LONG.unpack(value)[0]
+
+    def commit(self, batch: LocationBatch) -> None:
+        """Write a flush's locations (synced, as Java's batch.flush does)."""
+        if batch.plain.len():
+            self._plain.write(batch.plain, sync=True)
+        if batch.scoped is not None and batch.scoped.len():
+            self._store(1, create=True).write(batch.scoped, sync=True)
+
+    def last_entry(self, scope_id: int, ledger_id: int) -> tuple[int, int] | None:
+        """(entry_id, location) of the ledger's highest indexed entry: floor of (ledger, Long.MAX)."""
+        store = self._store(scope_id)
+        if store is None:
+            return None
+        prefix = ledger_prefix(scope_id, ledger_id)
+        found = store.floor(prefix + _LONG.pack(_MAX_LONG), prefix)
+        if found is None:
+            return None
+        key, value = found
+        return _LONG.unpack_from(key, len(prefix))[0], _LONG.unpack(value)[0]
+
+    def entries(self, scope_id: int, ledger_id: int) -> list[int]:
+        """Indexed entry ids of a ledger, ascending (negative ids, which no entry has, sort last)."""
+        store = self._store(scope_id)
+        if store is None:
+            return []
+        prefix = ledger_prefix(scope_id, ledger_id)
+        n = len(prefix)
+        ids = [_LONG.unpack_from(k, n)[0] for k, _ in store.range(prefix, _next_prefix(prefix))]
+        return sorted(ids)
+
+    def delete_ledger(self, scope_id: int, ledger_id: int) -> None:
+        store = self._store(scope_id)
+        if store is None:
+            return
+        prefix = ledger_prefix(scope_id, ledger_id)
+        store.delete_range(prefix, _next_prefix(prefix))
+
+    def sync(self) -> None:
+        self._plain.sync()
+        if self._scoped is not None:
+            self._scoped.sync()
+
+    def close(self) -> None:
+        self._plain.close()
+        if self._scoped is not None:
+            self._scoped.close()
+            self._scoped = None

@@ -1,0 +1,162 @@
+"""Per-ledger metadata of DbLedgerStorage: master key, fenced flag, explicit LAC, limbo.
+
+Owns the `ledgers` RocksDB store (key = ledgerId(8) big-endian, value = serialized `LedgerData`
+protobuf, byte-identical to Java's; spec/bookkeeper-formats.md §4.6) and bkfast's `ledgers128` store
+for scope != 0 (key = scope(8) | ledgerId(8)), plus an in-memory copy of every record (loaded on open,
+as Java's LedgerMetadataIndex does) so lookups on the add/read path never touch RocksDB.
+
+Must never: list the storage-state key -0xeefd as a ledger (it holds Java's 8-byte storage flags), or
+drop fields it does not change (limbo is preserved on every update).
+
+Durability: every update is written through to RocksDB at once. A fence is written with sync=True: a
+fence must survive a crash even if the Bookie's journal record of it were lost. Master keys and explicit
+LACs are written without sync (their journal records cover a crash) and made durable by sync(), which
+the storage calls at every flush/checkpoint — before the Bookie moves its lastMark past those records.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from pathlib import Path
+
+from bkfast.dbstorage.index import RocksStore, qualified_key, split_key
+from bkfast.errors import BKNoSuchLedgerExistsException, BKUnauthorizedAccessException
+from bkfast.proto.DbLedgerStorageDataFormats_pb2 import LedgerData
+
+__all__ = ["LEDGERS", "LEDGERS128", "STORAGE_STATE_KEY", "LedgerMetadataIndex"]
+
+LEDGERS = "ledgers"
+LEDGERS128 = "ledgers128"
+
+_LONG = struct.Struct(">q")
+_KEY128 = struct.Struct(">Qq")
+STORAGE_STATE_KEY = _LONG.pack(-0xEEFD)
+"""Key of Java's storage-state flags word in `ledgers` (not a ledger)."""
+
+
+def _all_zeros(key: bytes) -> bool:
+    return not any(key)
+
+
+class LedgerMetadataIndex:
+    """LedgerData of every ledger of one index directory, cached in memory, written through."""
+
+    def __init__(self, current_dir: Path, block_cache_bytes: int = 4 << 20):
+        self._dir = Path(current_dir)
+        self._cache_bytes = block_cache_bytes
+        self._lock = threading.RLock()
+        self._plain = RocksStore(self._dir / LEDGERS, block_cache_bytes=block_cache_bytes)
+        self._scoped: RocksStore | None = None
+        self._ledgers: dict[int, LedgerData] = {}
+        for key, value in self._plain.items():
+            if len(key) != 8 or key == STORAGE_STATE_KEY:
+                continue
+            self._ledgers[_LONG.unpack(key)[0]] = LedgerData.FromString(value)
+        if (self._dir / LEDGERS128).is_dir():
+            self._open_scoped()
+            for key, value in self._scoped.items():
+                if len(key) != 16:
+                    continue
+                scope_id, ledger_id = _KEY128.unpack(key)
+                self._ledgers[qualified_key(scope_id, ledger_id)] = LedgerData.FromString(value)
+
+    def _open_scoped(self) -> RocksStore:
+        if self._scoped is None:
+            self._scoped = RocksStore(self._dir / LEDGERS128, block_cache_bytes=self._cache_bytes)
+        return self._scoped
+
+    def _write(self, scope_id: int, ledger_id: int, data: LedgerData, sync: bool = False) -> None:
+        if not scope_id:
+            self._plain.put(_LONG.pack(ledger_id), data.SerializeToString(), sync=sync)
+        else:
+            self._open_scoped().put(_KEY128.pack(scope_id, ledger_id), data.SerializeToString(), sync=sync)
+
+    # -- reads (no lock: one dict lookup, and records are replaced, never mutated) ------------------
+
+    def get(self, scope_id: int, ledger_id: int) -> LedgerData | None:
+        return self._ledgers.get(qualified_key(scope_id, ledger_id))
+
+    def exists(self, scope_id: int, ledger_id: int) -> bool:
+        return qualified_key(scope_id, ledger_id) in self._ledgers
+
+    def list(self, scope_id: int) -> list[int]:
+        """Ledger ids of one scope, ascending."""
+        keys = list(self._ledgers)
+        if not scope_id:
+            return sorted(k for k in keys if k >> 64 == 0)
+        return sorted(ledger for scope, ledger in map(split_key, keys) if scope == scope_id)
+
+    # -- updates ------------------------------------------------------------------------------------
+
+    def _required(self, scope_id: int, ledger_id: int) -> LedgerData:
+        data = self._ledgers.get(qualified_key(scope_id, ledger_id))
+        if data is None:
+            what = f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
+            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {what} is not on this bookie")
+        return data
+
+    def set_master_key(self, scope_id: int, ledger_id: int, master_key: bytes) -> None:
+        """Create the ledger with this key, or check the key of an existing ledger (Java's rules: a key
+        of all zeros is a placeholder that a real key replaces; otherwise keys must match)."""
+        master_key = bytes(master_key)
+        with self._lock:
+            key = qualified_key(scope_id, ledger_id)
+            old = self._ledgers.get(key)
+            if old is None:
+                new = LedgerData(exists=True, fenced=False, masterKey=master_key)
+            elif old.masterKey == master_key or _all_zeros(master_key):
+                return
+            elif _all_zeros(old.masterKey):
+                new = LedgerData()
+                new.CopyFrom(old)
+                new.masterKey = master_key
+            else:
+                raise BKUnauthorizedAccessException(
+                    f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
+                    + " already has another master key")
+            self._write(scope_id, ledger_id, new)
+            self._ledgers[key] = new
+
+    def set_fenced(self, scope_id: int, ledger_id: int) -> bool:
+        """Fence the ledger (durably, sync write); True if it was not fenced before."""
+        with self._lock:
+            old = self._required(scope_id, ledger_id)
+            if old.fenced:
+                return False
+            new = LedgerData()
+            new.CopyFrom(old)
+            new.fenced = True
+            self._write(scope_id, ledger_id, new, sync=True)
+            self._ledgers[qualified_key(scope_id, ledger_id)] = new
+            return True
+
+    def set_explicit_lac(self, scope_id: int, ledger_id: int, lac: bytes) -> None:
+        with self._lock:
+            old = self._required(scope_id, ledger_id)
+            new = LedgerData()
+            new.CopyFrom(old)
+            new.explicitLac = bytes(lac)
+            self._write(scope_id, ledger_id, new)
+            self._ledgers[qualified_key(scope_id, ledger_id)] = new
+
+    def delete(self, scope_id: int, ledger_id: int) -> bool:
+        with self._lock:
+            if self._ledgers.pop(qualified_key(scope_id, ledger_id), None) is None:
+                return False
+            if not scope_id:
+                self._plain.delete(_LONG.pack(ledger_id))
+            else:
+                self._open_scoped().delete(_KEY128.pack(scope_id, ledger_id))
+            return True
+
+    def sync(self) -> None:
+        self._plain.sync()
+        if self._scoped is not None:
+            self._scoped.sync()
+
+    def close(self) -> None:
+        self._plain.close()
+        if self._scoped is not None:
+            self._scoped.close()
+            self._scoped = None

@@ -1,0 +1,176 @@
+"""DbLedgerStorage: the ledger storage the Bookie calls (Java's DbLedgerStorage), over one or more dirs.
+
+Owns the public API of the storage and the routing of ledgers to directories. As in Java, each ledger
+directory is a separate SingleDirectoryDbLedgerStorage (its own entry logs, RocksDB index stores and
+caches; cache sizes are divided by the number of dirs), and a scope-0 ledger lives in directory
+`ledgerId mod n` (Java's signSafeMod), so a Java bookie's multi-directory layout opens unchanged.
+Scoped ledgers (scope != 0) go to `(scopeId xor ledgerId) mod n`. The i-th index dir holds the index
+of the i-th ledger dir (index dirs default to the ledger dirs).
+
+Must never: route one ledger to two directories, or verify digests. Entries are stored verbatim:
+add_entry takes the ids from the entry itself (v1 or scoped v2 layout, bkfast.codec.peek_entry_ids).
+
+Threads: add_entry, get_entry and the metadata calls may come from several threads; flush/checkpoint
+from the Bookie's sync thread; each directory also runs its own background flush thread (see
+bkfast.dbstorage.directory). close() flushes, closes the entry loggers and releases every RocksDB
+handle, so the same directories can be reopened in the same process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from bkfast.bookie.entrylogger import EntryLogger
+from bkfast.codec import peek_entry_ids
+from bkfast.dbstorage.directory import SingleDirectoryDbLedgerStorage
+from bkfast.errors import ConfigurationError
+
+__all__ = ["DbLedgerStorage"]
+
+_MiB = 1024 * 1024
+_DIRECT_METHODS = (
+    "set_master_key", "get_master_key", "ledger_exists", "set_fenced", "is_fenced", "set_explicit_lac",
+    "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id",
+    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger",
+)
+
+
+class DbLedgerStorage:
+    """Entries, entry locations and ledger metadata of a bookie, on entry logs and RocksDB."""
+
+    def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]],
+                 index_dirs: Sequence[str | os.PathLike[str]] | None, conf,
+                 entry_logger: EntryLogger | Sequence[EntryLogger] | None = None):
+        ledger_dirs = list(ledger_dirs)
+        index_dirs = list(index_dirs) if index_dirs else list(ledger_dirs)
+        if not ledger_dirs:
+            raise ConfigurationError("DbLedgerStorage needs at least one ledger directory")
+        if len(index_dirs) != len(ledger_dirs):
+            raise ConfigurationError(
+                f"{len(ledger_dirs)} ledger dirs but {len(index_dirs)} index dirs: DbLedgerStorage pairs them")
+        n = len(ledger_dirs)
+        if entry_logger is None:
+            loggers: list[EntryLogger | None] = [None] * n
+        elif isinstance(entry_logger, EntryLogger):
+            if n != 1:
+                raise ConfigurationError("one entry logger given for several ledger dirs; give one per dir")
+            loggers = [entry_logger]
+        else:
+            loggers = list(entry_logger)
+            if len(loggers) != n:
+                raise ConfigurationError(f"{len(loggers)} entry loggers for {n} ledger dirs")
+        write_cache = int(conf.db_storage_write_cache_max_size_mb) * _MiB // n
+        read_cache = int(conf.db_storage_read_ahead_cache_max_size_mb) * _MiB // n
+        self._dirs: list[SingleDirectoryDbLedgerStorage] = []
+        try:
+            for ledger_dir, index_dir, logger in zip(ledger_dirs, index_dirs, loggers, strict=True):
+                self._dirs.append(SingleDirectoryDbLedgerStorage(
+                    ledger_dir, index_dir, conf, logger,
+                    write_cache_bytes=write_cache, read_cache_bytes=read_cache))
+        except BaseException:
+            for d in self._dirs:
+                d.close()
+            raise
+        if n == 1:
+            # One directory routes nothing: hand out its methods (same signatures) and skip a call
+            # level on the hot paths.
+            single = self._dirs[0]
+            for name in _DIRECT_METHODS:
+                setattr(self, name, getattr(single, name))
+
+    def _dir(self, ledger_id: int, scope_id: int) -> SingleDirectoryDbLedgerStorage:
+        dirs = self._dirs
+        selector = ledger_id if not scope_id else scope_id ^ ledger_id
+        return dirs[selector % len(dirs)]
+
+    @property
+    def directories(self) -> list[SingleDirectoryDbLedgerStorage]:
+        return list(self._dirs)
+
+    # -- ledger metadata ---------------------------------------------------------------------------
+
+    def set_master_key(self, ledger_id: int, key: bytes, scope_id: int = 0) -> None:
+        """Create the ledger with this master key, or check it against the stored one
+        (BKUnauthorizedAccessException when a different non-zero key is already stored)."""
+        self._dir(ledger_id, scope_id).set_master_key(ledger_id, key, scope_id)
+
+    def get_master_key(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        return self._dir(ledger_id, scope_id).get_master_key(ledger_id, scope_id)
+
+    def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
+        return self._dir(ledger_id, scope_id).ledger_exists(ledger_id, scope_id)
+
+    def set_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        """Fence the ledger, durably (synced RocksDB write); True if it was not fenced before.
+        BKNoSuchLedgerExistsException when the ledger has no master key yet."""
+        return self._dir(ledger_id, scope_id).set_fenced(ledger_id, scope_id)
+
+    def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        """BKNoSuchLedgerExistsException when the ledger is unknown."""
+        return self._dir(ledger_id, scope_id).is_fenced(ledger_id, scope_id)
+
+    def set_explicit_lac(self, ledger_id: int, lac_buffer: bytes, scope_id: int = 0) -> None:
+        """Store the explicit-LAC buffer (spec §3.5) verbatim in LedgerData.explicitLac.
+        BKNoSuchLedgerExistsException when the ledger has no master key yet."""
+        self._dir(ledger_id, scope_id).set_explicit_lac(ledger_id, lac_buffer, scope_id)
+
+    def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        """The stored explicit-LAC buffer, None when none was written."""
+        return self._dir(ledger_id, scope_id).get_explicit_lac(ledger_id, scope_id)
+
+    def list_ledgers(self, scope_id: int = 0) -> list[int]:
+        """Ledger ids (with metadata) of one scope, ascending."""
+        return sorted(lid for d in self._dirs for lid in d.list_ledgers(scope_id))
+
+    # -- entries -----------------------------------------------------------------------------------
+
+    def add_entry(self, entry_bytes) -> tuple[int, int, int]:
+        """Store an entry as received; return its (scope_id, ledger_id, entry_id)."""
+        _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
+        self._dir(ledger_id, scope_id).put_entry(scope_id, ledger_id, entry_id, entry_bytes)
+        return scope_id, ledger_id, entry_id
+
+    def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
+        """The stored entry; entry_id -1 reads the last entry. BKNoSuchLedgerExistsException when the
+        ledger is unknown, BKNoSuchEntryException when it has no such entry."""
+        return self._dir(ledger_id, scope_id).get_entry(ledger_id, entry_id, scope_id)
+
+    def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
+        """Highest stored entry id of the ledger, -1 when it has none."""
+        return self._dir(ledger_id, scope_id).get_last_entry_id(ledger_id, scope_id)
+
+    def get_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
+        """The LAC piggy-backed on the ledger's last entry (offset 16; 25 for a scoped entry)."""
+        return self._dir(ledger_id, scope_id).get_last_add_confirmed(ledger_id, scope_id)
+
+    def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
+        """Sorted ids of every stored entry of the ledger."""
+        return self._dir(ledger_id, scope_id).entries_of_ledger(ledger_id, scope_id)
+
+    def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
+        """Forget a ledger: its cached entries, its locations (deleteRange) and its metadata."""
+        self._dir(ledger_id, scope_id).delete_ledger(ledger_id, scope_id)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write cached entries to the entry logs, fsync them, then commit their locations and sync
+        the ledger metadata. When it returns, everything added before the call is durable."""
+        for d in self._dirs:
+            d.flush()
+
+    def checkpoint(self) -> None:
+        """flush(); the Bookie persists its journal lastMark after this returns."""
+        self.flush()
+
+    def close(self) -> None:
+        """Flush, close the entry loggers and release every RocksDB handle (reopenable in-process)."""
+        first_error: BaseException | None = None
+        for d in self._dirs:
+            try:
+                d.close()
+            except BaseException as e:  # close every directory even if one fails
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
