@@ -3,6 +3,7 @@
 import click
 
 from bkfast import __version__
+from bkfast.cli.bench import bench
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -10,6 +11,8 @@ from bkfast import __version__
 def main() -> None:
     """bkfast: Apache BookKeeper-compatible bookies, client and tools."""
 
+
+main.add_command(bench)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,574 @@
+"""The bookie's journal: BookKeeper's Journal + JournalChannel (spec bookkeeper-formats.md §4.2-4.3).
+
+Owns: the journal files `<journalDir>/current/<hex id>.txn` (naming, header, rolling, garbage collection),
+group commit on one dedicated journal thread, the meta records (master key, fence, explicit LAC; scoped
+forms per scope-ids.md), reading journals back (scan, replay) and the `lastMark` files.
+
+Must never: import Twisted or touch sockets (completions leave through `completion_sink`, which the
+bookie turns into one reactor.callFromThread per batch), acknowledge a record before it is durable
+(unless journalSyncData=false or ack_before_sync), or read past a corrupt record as if the log ended.
+
+Group commit: producers append to one pending batch under a lock; the journal thread closes it when its
+oldest record has waited journalMaxGroupWaitMSec, when more than journalBufferedWritesThreshold bytes or
+journalBufferedEntriesThreshold entries (if > 0) are pending, when journalQueueSize is reached, or as
+soon as it wakes when journalFlushWhenQueueEmpty applies (forced on by a max wait <= 0). The batch is
+written, padded and fdatasync'ed by bkfast._journal in one GIL-free call, then `completion_sink(tokens)`
+runs once with all its tokens in queue order; ack-before-sync tokens (DEFERRED_SYNC, or all adds with
+journalSyncData=false) come in one earlier call, right after the write. Unlike Java, a burst that
+arrived at once is not cut at the thresholds; Java cuts it and merges the pieces into one force-write,
+the same single sync. `force(token)` (FORCE_LEDGER) is never written and completes once everything
+queued before it is durable, even with journalSyncData=false (Java acks it unsynced there).
+
+Errors are fail-stop, as in Java (an IOException ends the journal thread): the failed batch goes to
+`error_sink(tokens, exc)`, everything still queued to one more call, one line is logged and new records
+are refused. Retrying is unsafe: after a failed fdatasync Linux may drop the dirty pages, so a later
+"successful" sync proves nothing. What the failed batch left on disk reads back as a torn tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from bkfast import _journal
+from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts live with the hot path)
+    METAENTRY_ID_FENCE_KEY,
+    METAENTRY_ID_FORCE_LEDGER,
+    METAENTRY_ID_LEDGER_EXPLICITLAC,
+    METAENTRY_ID_LEDGER_KEY,
+    PADDING_MASK,
+    SCOPED_META_FLAGS,
+    JournalRecord,
+    RecordKind,
+    parse_record,
+)
+from bkfast.bookie.logmark import LogMark, fsync_dir, read_last_mark, write_last_mark  # noqa: F401
+from bkfast.errors import BKBookieIOException, BKTooManyRequestsException, JournalCorruptionError
+from bkfast.ids import validate_ledger_id, validate_scope_id
+
+log = logging.getLogger(__name__)
+
+CURRENT_DIR = "current"
+MAGIC = b"BKLG"
+V1, V2, V3, V4, V5, V6 = 1, 2, 3, 4, 5, 6
+CURRENT_JOURNAL_FORMAT_VERSION = V6
+HEADER_SIZE = 512          # V5+: magic, version, zeros up to one sector
+VERSION_HEADER_SIZE = 8    # V2-V4: magic, version
+
+DEFAULT_MAX_RECORD_SIZE = 5 * 1024 * 1024   # nettyMaxFrameSizeBytes' default: no entry is bigger
+CACHE_DROP_LAG_BYTES = 8 * 1024 * 1024      # JournalChannel keeps this much behind the sync in cache
+_READ_CHUNK = 4 * 1024 * 1024
+_MiB = 1024 * 1024
+
+_CLASSIC_IDS = struct.Struct(">qq")
+_SCOPED_IDS = struct.Struct(">BQqq")
+_INT = struct.Struct(">i")
+
+
+# --- meta records (parse_record is in bkfast._journal: it runs once per record on replay) ----------------
+
+
+def _meta_prefix(ledger_id: int, meta_entry_id: int, scope_id: int) -> bytes:
+    validate_ledger_id(ledger_id)
+    if validate_scope_id(scope_id):
+        return _SCOPED_IDS.pack(SCOPED_META_FLAGS, scope_id, ledger_id, meta_entry_id)
+    return _CLASSIC_IDS.pack(ledger_id, meta_entry_id)
+
+
+def master_key_record(ledger_id: int, master_key: bytes, scope_id: int = 0) -> bytes:
+    """`long ledgerId | long -4096 | int keyLen | key` (scoped: 0x80 | scope | ledger | -4096 | ...)."""
+    key = bytes(master_key)
+    return _meta_prefix(ledger_id, METAENTRY_ID_LEDGER_KEY, scope_id) + _INT.pack(len(key)) + key
+
+
+def fence_record(ledger_id: int, scope_id: int = 0) -> bytes:
+    """`long ledgerId | long -8192` (scoped: 0x80 | scope | ledger | -8192)."""
+    return _meta_prefix(ledger_id, METAENTRY_ID_FENCE_KEY, scope_id)
+
+
+def explicit_lac_record(ledger_id: int, lac_buffer: bytes, scope_id: int = 0) -> bytes:
+    """`long ledgerId | long -32768 | int len | LAC buffer` (scoped: 0x80 | scope | ledger | -32768 | ...)."""
+    lac = bytes(lac_buffer)
+    return _meta_prefix(ledger_id, METAENTRY_ID_LEDGER_EXPLICITLAC, scope_id) + _INT.pack(len(lac)) + lac
+
+
+# --- files ------------------------------------------------------------------------------------------
+
+
+def journal_path(journal_dir, journal_id: int) -> str:
+    """`<journal_dir>/current/<lower-case hex id>.txn` (Long.toHexString, no padding)."""
+    return os.path.join(os.fspath(journal_dir), CURRENT_DIR, f"{journal_id:x}.txn")
+
+
+def list_journal_ids(journal_dir) -> list[int]:
+    """Sorted ids of the `.txn` files in `<journal_dir>/current/` ([] if the directory is missing)."""
+    try:
+        names = os.listdir(os.path.join(os.fspath(journal_dir), CURRENT_DIR))
+    except FileNotFoundError:
+        return []
+    ids = []
+    for name in names:
+        stem, _, ext = name.partition(".")
+        try:
+            if ext == "txn":
+                ids.append(int(stem, 16))
+        except ValueError:
+            log.warning("ignoring journal file with a non-hex name: %s", name)
+    return sorted(ids)
+
+
+def _read_header(fd: int, path: str) -> tuple[int, int]:
+    """(format version, offset of the first record). No magic = V1 from offset 0, as JournalChannel."""
+    head = os.pread(fd, VERSION_HEADER_SIZE, 0)
+    if head[:4] != MAGIC:
+        return V1, 0
+    if len(head) < VERSION_HEADER_SIZE:
+        return V2, VERSION_HEADER_SIZE      # torn inside the header: nothing to read
+    (version,) = _INT.unpack_from(head, 4)
+    if not V2 <= version <= CURRENT_JOURNAL_FORMAT_VERSION:
+        raise JournalCorruptionError(f"journal {path}: unknown format version {version}", path, 4)
+    return version, HEADER_SIZE if version >= V5 else VERSION_HEADER_SIZE
+
+
+def _has_data_after(fd: int, offset: int, size: int) -> bool:
+    while offset < size:
+        chunk = os.pread(fd, min(_READ_CHUNK, size - offset), offset)
+        if not chunk:
+            return False
+        if _journal.find_nonzero(chunk) >= 0:
+            return True
+        offset += len(chunk)
+    return False
+
+
+def scan_journal(journal_dir, journal_id: int, start_offset: int = 0, skip_invalid: bool = False,
+                 max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset just past the record, record bytes) for each record of one journal file.
+
+    Starts at `start_offset`, or after the header when it is <= 0. Padding records are skipped. The scan
+    ends cleanly at a zero length (the pre-allocated tail), at a length field or record cut by the end
+    of the file (a torn tail), and at a bad length followed only by zeros. A bad length (negative and not
+    padding, or above `max_record_size`) with any non-zero byte after it is corruption: it raises
+    JournalCorruptionError naming the file and offset, or with `skip_invalid` (skipInvalidJournalRecord)
+    logs a warning and skips the rest of this file, as Java does.
+    """
+    path = journal_path(journal_dir, journal_id)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            version, header_end = _read_header(fd, path)
+        except JournalCorruptionError as err:
+            if not skip_invalid:
+                raise
+            log.warning("%s; skipping this journal file (skipInvalidJournalRecord)", err)
+            return
+        pos = start_offset if start_offset > 0 else header_end
+        want = _READ_CHUNK
+        while pos < size:
+            chunk = os.pread(fd, want, pos)
+            records, ends, stop, status, value = _journal.scan_records(
+                chunk, 0, version >= V5, max_record_size)
+            for end, record in zip(ends, records, strict=True):
+                yield pos + end, record
+            if status == _journal.SCAN_END:
+                return
+            if status == _journal.SCAN_INVALID:
+                bad = pos + stop
+                length_fields = 8 if chunk[stop:stop + 4] == _INT.pack(PADDING_MASK) else 4
+                if not _has_data_after(fd, bad + length_fields, size):
+                    return      # garbage only at the very end: nothing is lost by stopping here
+                msg = (f"journal {path}: invalid record length {value} at offset {bad} "
+                       f"(format V{version}) with data after it")
+                if skip_invalid:
+                    log.warning("%s; skipping the rest of this journal file (skipInvalidJournalRecord)", msg)
+                    return
+                raise JournalCorruptionError(msg, path, bad)
+            if len(chunk) < want or pos + len(chunk) >= size:
+                return          # the file ends inside this record: a torn tail
+            pos += stop
+            want = max(_READ_CHUNK, value)
+    finally:
+        os.close(fd)
+
+
+def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
+           max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> LogMark:
+    """Call `visitor(record)` for every record after `mark`, in order; return the position reached.
+
+    Journals with id >= mark.journal_id are read: the marked one from mark.offset, later ones from their
+    header end. A mark naming a journal that no longer exists is an error, as in Java.
+    """
+    mark = LogMark(*mark)
+    ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id]
+    if mark.journal_id > 0 and (not ids or ids[0] != mark.journal_id):
+        path = journal_path(journal_dir, mark.journal_id)
+        raise JournalCorruptionError(f"journal {path} named by lastMark {tuple(mark)} is missing",
+                                     path, mark.offset)
+    reached = mark
+    for journal_id in ids:
+        start = mark.offset if journal_id == mark.journal_id else 0
+        log.info("replaying journal %x from offset %d", journal_id, start)
+        for offset, record in scan_journal(journal_dir, journal_id, start, skip_invalid, max_record_size):
+            visitor(record)
+            reached = LogMark(journal_id, offset)
+    return reached
+
+
+# --- the journal ------------------------------------------------------------------------------------
+
+_NEW, _RUNNING, _STOPPING, _STOPPED, _FAILED = "new", "running", "stopping", "stopped", "failed"
+
+
+class _Failed(Exception):
+    """Unwinds the journal thread after a fail-stop (the tokens were already handed to error_sink)."""
+
+
+class Journal:
+    """One journal directory's writer thread. See the module docstring for group commit and errors.
+
+    `completion_sink(tokens)` and `error_sink(tokens, exc)` run on the journal thread and must be quick
+    (the bookie hands them to the reactor with one callFromThread). `exc` is a BKBookieIOException whose
+    __cause__ is the OSError. Records must be non-empty bytes-like objects that nobody mutates afterwards.
+    """
+
+    def __init__(self, journal_dir, conf, completion_sink: Callable[[list], object],
+                 error_sink: Callable[[list, BaseException], object] | None = None,
+                 enqueue_timeout_s: float = 5.0):
+        self.journal_dir = os.fspath(journal_dir)
+        self.current_dir = os.path.join(self.journal_dir, CURRENT_DIR)
+        self._completion_sink = completion_sink
+        self._error_sink = error_sink
+        self._enqueue_timeout = enqueue_timeout_s
+        self._version = conf.journal_format_version_to_write
+        self._align = conf.journal_alignment_size
+        # journalPreAllocSizeMB, rounded down to whole alignment blocks (JournalChannel).
+        self._prealloc_step = max(self._align, conf.journal_pre_alloc_size_mb * _MiB // self._align * self._align)
+        self._max_size = conf.journal_max_size_mb * _MiB
+        self._max_backups = conf.journal_max_backups
+        self._max_wait = conf.journal_max_group_wait_ms / 1000.0
+        self._flush_when_empty = conf.journal_flush_when_queue_empty
+        self._bytes_threshold = conf.journal_buffered_writes_threshold
+        self._queue_size = conf.journal_queue_size
+        entries = conf.journal_buffered_entries_threshold
+        # A batch closes at this many records: "more than journalBufferedEntriesThreshold", or a full queue.
+        self._close_count = min(self._queue_size, entries + 1) if entries > 0 else self._queue_size
+        self._sync_data = conf.journal_sync_data
+        self._page_flush_interval = conf.journal_page_cache_flush_interval_ms / 1000.0
+        self._drop_cache_lag = CACHE_DROP_LAG_BYTES if conf.journal_remove_from_page_cache else -1
+
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)     # the journal thread waits here
+        self._space = threading.Condition(self._lock)      # producers wait here when the queue is full
+        # The pending batch: records (None = force marker), tokens, indices of ack-before-sync records
+        # and of force markers, its bytes (with length fields), and its oldest record's enqueue time.
+        self._recs, self._toks, self._early, self._forces = [], [], [], []
+        self._bytes, self._first_t = 0, 0.0
+        self._consumer_waiting, self._producers_waiting = False, 0
+        self._state, self._failure, self._thread = _NEW, None, None
+
+        self._journal_id: int | None = None
+        self._fd, self._writer = -1, None
+        self._mark, self._last_sync_t = LogMark(0, 0), 0.0
+        self.batch_count = 0     # batches written (one write call each)
+        self.sync_count = 0      # fdatasyncs of batches (file creation syncs are not counted)
+        self.records_written = 0
+        self.bytes_written = 0   # record, length and padding bytes
+
+    # --- public API -----------------------------------------------------------------------------------
+    @property
+    def last_log_mark(self) -> LogMark:
+        """Position after the last durable record: (current id, header end) until the first sync."""
+        return self._mark
+
+    @property
+    def current_journal_id(self) -> int | None:
+        return self._journal_id
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the journal, or None."""
+        return self._failure
+
+    @property
+    def queue_length(self) -> int:
+        """Records (and force markers) queued and not yet taken by the journal thread."""
+        return len(self._toks)
+
+    def start(self) -> None:
+        """Open a new journal file (id = newest + 1, or now in ms + 1) and start the journal thread."""
+        with self._lock:
+            if self._state != _NEW:
+                raise RuntimeError(f"journal {self.journal_dir} was already started")
+            os.makedirs(self.current_dir, exist_ok=True)
+            self._open_new_file()
+            self._mark = LogMark(self._journal_id, self._writer.position)
+            self._last_sync_t = time.monotonic()
+            self._state = _RUNNING
+        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{self._journal_id:x}",
+                                        daemon=True)
+        self._thread.start()
+
+    def log_record(self, record, token, ack_before_sync: bool = False) -> None:
+        """Queue `record`; `token` goes to completion_sink once it is durable (or written, if ack_before_sync).
+
+        Blocks up to enqueue_timeout_s while the queue is full, then raises BKTooManyRequestsException.
+        Raises BKBookieIOException when the journal is not running (stopped, or failed).
+        """
+        size = len(record)
+        if size <= 0:
+            raise ValueError("an empty journal record would read back as the end of the log")
+        with self._lock:
+            if self._state != _RUNNING or len(self._recs) >= self._queue_size:
+                self._wait_for_space()
+            recs = self._recs
+            recs.append(record)
+            self._toks.append(token)
+            n = len(recs)
+            if ack_before_sync:
+                self._early.append(n - 1)
+            if n == 1:
+                self._first_t = time.monotonic()
+            self._bytes += 4 + size
+            if self._consumer_waiting and (n == 1 or self._bytes > self._bytes_threshold
+                                           or n >= self._close_count):
+                self._wakeup.notify()
+
+    def force(self, token) -> None:
+        """Complete `token` once every record queued before it is durable (FORCE_LEDGER; never written)."""
+        with self._lock:
+            if self._state != _RUNNING or len(self._recs) >= self._queue_size:
+                self._wait_for_space()
+            recs = self._recs
+            recs.append(None)
+            self._toks.append(token)
+            n = len(recs)
+            self._forces.append(n - 1)
+            if n == 1:
+                self._first_t = time.monotonic()
+            if self._consumer_waiting and (n == 1 or n >= self._close_count):
+                self._wakeup.notify()
+
+    def stop(self) -> None:
+        """Write and sync everything queued, close the file, end the thread. Idempotent."""
+        with self._lock:
+            if self._state == _NEW:
+                self._state = _STOPPED
+                return
+            if self._state == _RUNNING:
+                self._state = _STOPPING
+                self._wakeup.notify()
+                self._space.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def gc_journals(self, mark) -> list[int]:
+        """Delete journals older than `mark`'s beyond the newest journalMaxBackups of them; return their ids."""
+        mark = LogMark(*mark)
+        old = [i for i in list_journal_ids(self.journal_dir) if i < mark.journal_id and i != self._journal_id]
+        deleted = []
+        for journal_id in old[:max(0, len(old) - self._max_backups)]:
+            path = journal_path(self.journal_dir, journal_id)
+            try:
+                os.unlink(path)
+            except OSError as err:
+                if not isinstance(err, FileNotFoundError):
+                    log.warning("could not delete old journal %s: %s", path, err)
+                continue
+            log.info("garbage collected journal %s", os.path.basename(path))
+            deleted.append(journal_id)
+        return deleted
+
+    # --- producer side helpers (lock held) ------------------------------------------------------------
+    def _wait_for_space(self) -> None:
+        deadline = time.monotonic() + self._enqueue_timeout
+        self._wakeup.notify()               # a full queue closes the batch: make sure the thread knows
+        while self._state == _RUNNING and len(self._recs) >= self._queue_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BKTooManyRequestsException(
+                    f"journal queue full: {len(self._recs)} records (journalQueueSize={self._queue_size}) "
+                    f"still waiting after {self._enqueue_timeout:.1f} s; the journal disk is not keeping up")
+            self._producers_waiting += 1
+            try:
+                self._space.wait(left)
+            finally:
+                self._producers_waiting -= 1
+        if self._state != _RUNNING:
+            why = f"failed: {self._failure}" if self._failure is not None else f"is not running ({self._state})"
+            raise BKBookieIOException(f"journal {self.journal_dir} {why}") from self._failure
+
+    # --- the journal thread ---------------------------------------------------------------------------
+    def _next_batch(self):
+        """Wait until the pending batch closes (see module docstring); take it. None = stopped and empty."""
+        with self._lock:
+            while True:
+                n = len(self._recs)
+                if n:
+                    if (self._state != _RUNNING or self._flush_when_empty or n >= self._close_count
+                            or self._bytes > self._bytes_threshold):
+                        break
+                    remaining = self._max_wait - (time.monotonic() - self._first_t)
+                    if remaining <= 0:
+                        break
+                elif self._state != _RUNNING:
+                    return None
+                else:
+                    remaining = None
+                self._consumer_waiting = True
+                self._wakeup.wait(remaining)
+                self._consumer_waiting = False
+            batch = self._recs, self._toks, self._early, self._forces
+            self._recs, self._toks, self._early, self._forces = [], [], [], []
+            self._bytes = 0
+            if self._producers_waiting:
+                self._space.notify_all()
+            return batch
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = self._next_batch()
+                if batch is None:
+                    break
+                self._commit(*batch)
+            self._close_file(sync=True)
+            with self._lock:
+                self._state = _STOPPED
+            log.info("journal %s stopped at %s", self.journal_dir, tuple(self._mark))
+        except _Failed:
+            pass
+        except Exception as err:   # a bug, not an I/O error: still fail-stop rather than hang producers
+            log.exception("journal thread crashed")
+            try:
+                self._fail(err, [], "journal thread")
+            except _Failed:
+                pass
+
+    def _commit(self, recs: list, toks: list, early: list[int], forces: list[int]) -> None:
+        writer = self._writer
+        sync = (self._sync_data or bool(forces)
+                or time.monotonic() - self._last_sync_t >= self._page_flush_interval)
+        # Tokens that may complete once written (before any sync), and those that wait for the sync.
+        if not self._sync_data and not forces:
+            early_toks, late_toks = toks, []
+        elif early or not self._sync_data:
+            pick = set(early) if self._sync_data else set(range(len(toks))).difference(forces)
+            early_toks = [t for i, t in enumerate(toks) if i in pick]
+            late_toks = [t for i, t in enumerate(toks) if i not in pick]
+        else:
+            early_toks, late_toks = [], toks
+        start = writer.position
+        acked_early = False
+        try:
+            if sync and early_toks:
+                writer.write(recs, False)
+                self._deliver(early_toks)
+                acked_early = True
+                writer.sync()
+            else:
+                writer.write(recs, sync)
+        except OSError as err:
+            self._fail(err, late_toks if acked_early else toks, f"batch at offset {start}")
+        self.batch_count += 1
+        self.records_written += len(recs) - len(forces)
+        self.bytes_written += writer.position - start
+        if sync:
+            self._synced()
+        if early_toks and not acked_early:
+            self._deliver(early_toks)
+        if late_toks:
+            self._deliver(late_toks)
+        if writer.position > self._max_size:
+            self._roll()
+
+    def _synced(self) -> None:
+        self.sync_count += 1
+        self._last_sync_t = time.monotonic()
+        self._mark = LogMark(self._journal_id, self._writer.synced_position)
+
+    def _deliver(self, tokens: list) -> None:
+        try:
+            self._completion_sink(tokens)
+        except Exception:
+            log.exception("journal completion sink failed for %d tokens", len(tokens))
+
+    def _roll(self) -> None:
+        old = self._journal_id
+        try:
+            self._close_file(sync=True)
+            self._open_new_file()
+        except OSError as err:
+            self._fail(err, [], f"rolling journal {old:x}")
+        log.info("journal rolled from %x.txn to %x.txn", old, self._journal_id)
+
+    def _open_new_file(self) -> None:
+        ids = list_journal_ids(self.journal_dir)
+        journal_id = ids[-1] + 1 if ids else int(time.time() * 1000) + 1
+        if self._journal_id is not None:
+            journal_id = max(journal_id, self._journal_id + 1)
+        path = journal_path(self.journal_dir, journal_id)
+        header = MAGIC + _INT.pack(self._version)
+        if self._version >= V5:
+            header = header.ljust(HEADER_SIZE, b"\0")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            if os.pwrite(fd, header, 0) != len(header):
+                raise OSError(f"short write of the header of {path}")
+            writer = _journal.JournalWriter(fd, len(header), self._align, self._prealloc_step,
+                                            padding=self._version >= V5, drop_cache_lag=self._drop_cache_lag)
+            writer.ensure_preallocated()   # JournalChannel pre-allocates the first step on creation
+            os.fsync(fd)                   # header and size durable before any record counts on them
+            fsync_dir(self.current_dir)   # and the name: fdatasync of the file does not cover it
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._writer, self._journal_id = fd, writer, journal_id
+        log.info("opened journal %s (format V%d)", path, self._version)
+
+    def _close_file(self, sync: bool) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        if sync and writer.synced_position < writer.position:
+            try:
+                writer.sync()
+            except OSError as err:
+                self._fail(err, [], f"final sync of journal {self._journal_id:x}")   # closes the fd
+            self._synced()
+        self._writer = None
+        fd, self._fd = self._fd, -1
+        os.close(fd)
+
+    def _fail(self, err: BaseException, tokens: list, what: str) -> None:
+        """Fail-stop: error every given and queued token, refuse new records, end the thread."""
+        offset = self._writer.position if self._writer is not None else -1
+        path = journal_path(self.journal_dir, self._journal_id) if self._journal_id is not None else "?"
+        exc = BKBookieIOException(f"journal {path}: {what} failed: {err}; the journal stopped "
+                                  f"(durable up to {tuple(self._mark)})")
+        exc.__cause__ = err
+        with self._lock:
+            self._failure = exc
+            self._state = _FAILED
+            rest = self._toks
+            self._recs, self._toks, self._early, self._forces = [], [], [], []
+            self._bytes = 0
+            self._space.notify_all()
+        log.error("journal %s: %s failed at offset %d: %s; failing %d in-flight and %d queued requests, "
+                  "refusing new ones (durable up to %s)", path, what, offset, err, len(tokens), len(rest),
+                  tuple(self._mark))
+        for group in (tokens, rest):
+            try:
+                if group and self._error_sink is not None:
+                    self._error_sink(group, exc)
+            except Exception:
+                log.exception("journal error sink failed")
+        if self._writer is not None:
+            self._writer, fd, self._fd = None, self._fd, -1
+            os.close(fd)
+        raise _Failed()
+
