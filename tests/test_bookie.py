@@ -13,6 +13,7 @@ from bkfast.errors import (
     BKNoSuchEntryException,
     BKNoSuchLedgerExistsException,
     BKUnauthorizedAccessException,
+    ConfigurationError,
 )
 
 KEY = master_key(b"pw")
@@ -153,3 +154,21 @@ def test_checkpoint_writes_last_mark_in_every_ledger_dir(tmp_path):
         assert tuple(logmark.read_last_mark([str(tmp_path / "l1")])) == tuple(mark)
     finally:
         b.stop()
+
+
+def test_a_storage_class_bkfast_cannot_serve_yet_is_refused_with_the_key_named(tmp_path):
+    with pytest.raises(ConfigurationError, match="ledgerStorageClass.*SortedLedgerStorage"):
+        Bookie(make_conf(tmp_path, ledgerStorageClass="org.apache.bookkeeper.bookie.SortedLedgerStorage"))
+
+
+def test_deleted_ledger_is_gone_for_reads_and_listing(bookie):
+    for i in range(3):
+        bookie.add_entry_sync(entry(11, i), KEY)
+    bookie.checkpoint()
+    bookie.add_entry_sync(entry(11, 3), KEY)
+    bookie.delete_ledger(11)
+    assert not bookie.ledger_exists(11)
+    with pytest.raises(BKNoSuchLedgerExistsException):
+        bookie.read_entry(11, 0)
+    with pytest.raises(BKNoSuchLedgerExistsException):
+        bookie.entries_of_ledger(11)

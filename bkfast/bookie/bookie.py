@@ -38,6 +38,7 @@ from bkfast.errors import (
     BKNoSuchLedgerExistsException,
     BKTimeoutException,
     BKUnauthorizedAccessException,
+    ConfigurationError,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 Callback = Callable[[BaseException | None], None]
 
 CURRENT_DIR = "current"
+DB_LEDGER_STORAGE_NAMES = frozenset({
+    "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage", "DbLedgerStorage", "db",
+})
 # Entry id a read uses to ask for the last entry the bookie stores for a ledger.
 LAST_ADD_CONFIRMED = -1
 SYNC_WAIT_SECONDS = 30.0
@@ -74,6 +78,13 @@ class Bookie:
         self.index_dirs = [Path(d) for d in (conf.get("indexDirectories") or conf.get("ledgerDirectories"))]
         for d in [self.journal_dir, *self.ledger_dirs, *self.index_dirs]:
             (d / CURRENT_DIR).mkdir(parents=True, exist_ok=True)
+        storage_class = conf.get("ledgerStorageClass")
+        if storage_class not in DB_LEDGER_STORAGE_NAMES:
+            # Refuse rather than silently write another on-disk format than the operator asked for.
+            raise ConfigurationError(
+                f"ledgerStorageClass: {storage_class!r} is not available yet; bkfast serves "
+                f"org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage (the file-based index storage "
+                f"behind SortedLedgerStorage/InterleavedLedgerStorage is not built yet)")
         self.storage = DbLedgerStorage([str(d) for d in self.ledger_dirs], [str(d) for d in self.index_dirs], conf)
         self.journal: Journal | None = None
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
