@@ -149,16 +149,19 @@ class Bookie:
         self._dispatcher(_run_batch, [(callback, error)])
 
     # --- master keys and fences --------------------------------------------------------------------
-    def _check_or_set_master_key(self, scope_id: int, ledger_id: int, master_key: bytes) -> bool:
-        """Raise on a wrong key; return True when this is the ledger's first sighting (key just set)."""
+    def _admit(self, scope_id: int, ledger_id: int, master_key: bytes) -> None:
+        """Check the key of a ledger the bookie knows; remember (and journal) it on first sight.
+
+        Called with _ledger_lock held. The key record is queued before the request's own record, so
+        replay always learns a ledger's key before its entries, fence or LAC.
+        """
         stored = self.storage.get_master_key(ledger_id, scope_id)
         if stored is None:
             self.storage.set_master_key(ledger_id, bytes(master_key), scope_id)
-            return True
-        if bytes(stored) != bytes(master_key):
+            self.journal.log_record(journal_mod.master_key_record(ledger_id, master_key, scope_id), _ignore)
+        elif bytes(stored) != bytes(master_key):
             raise BKUnauthorizedAccessException(
                 f"wrong master key for ledger {ledger_id}" + (f" scope {scope_id}" if scope_id else ""))
-        return False
 
     # --- operations ------------------------------------------------------------------------------
     def add_entry(self, entry, master_key: bytes, callback: Callback, recovery: bool = False,
@@ -170,12 +173,9 @@ class Bookie:
                 raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
             entry = bytes(entry)
             with self._ledger_lock:
-                first_sight = self._check_or_set_master_key(scope_id, ledger_id, master_key)
+                self._admit(scope_id, ledger_id, master_key)
                 if not recovery and self.storage.is_fenced(ledger_id, scope_id):
                     raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
-                if first_sight:
-                    self.journal.log_record(journal_mod.master_key_record(ledger_id, master_key, scope_id),
-                                            _ignore)
                 self.storage.add_entry(entry)
             self.journal.log_record(entry, callback, ack_before_sync=ack_before_sync)
         except BKError as error:
@@ -188,10 +188,7 @@ class Bookie:
         """Fence a ledger (creating it with this key if unseen); callback once the fence is durable."""
         try:
             with self._ledger_lock:
-                first_sight = self._check_or_set_master_key(scope_id, ledger_id, master_key)
-                if first_sight:
-                    self.journal.log_record(journal_mod.master_key_record(ledger_id, master_key, scope_id),
-                                            _ignore)
+                self._admit(scope_id, ledger_id, master_key)
                 newly_fenced = self.storage.set_fenced(ledger_id, scope_id)
                 if newly_fenced:
                     log.info("fenced ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
@@ -206,10 +203,7 @@ class Bookie:
                          scope_id: int = 0) -> None:
         try:
             with self._ledger_lock:
-                first_sight = self._check_or_set_master_key(scope_id, ledger_id, master_key)
-                if first_sight:
-                    self.journal.log_record(journal_mod.master_key_record(ledger_id, master_key, scope_id),
-                                            _ignore)
+                self._admit(scope_id, ledger_id, master_key)
                 self.storage.set_explicit_lac(ledger_id, bytes(lac_buffer), scope_id)
             self.journal.log_record(journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback)
         except BKError as error:
