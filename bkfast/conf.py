@@ -208,6 +208,7 @@ SERVER_KEYS: tuple[Key, ...] = (
         "Report ledgers under-replicated for longer than this, s; 0 = off", min=0),
     Key("autoRecoveryDaemonEnabled", bool, False, "Run the auto-recovery daemon inside the bookie"),
     # Disks
+    Key("forceReadOnlyBookie", bool, False, "Start the bookie read-only (adds refused unless recovery)"),
     Key("readOnlyModeEnabled", bool, True, "Turn read-only instead of shutting down when disks fill"),
     Key("diskUsageThreshold", float, 0.95, "A disk above this used fraction is full", min=0.0, max=1.0),
     Key("diskUsageWarnThreshold", float, 0.90, "Warn above this used fraction", min=0.0, max=1.0),
@@ -664,6 +665,7 @@ class ServerConfiguration(Configuration):
     underreplicated_ledger_recovery_grace_period_s = _Setting("underreplicatedLedgerRecoveryGracePeriod")
     auto_recovery_daemon_enabled = _Setting("autoRecoveryDaemonEnabled")
     # Disks
+    force_read_only_bookie = _Setting("forceReadOnlyBookie")
     read_only_mode_enabled = _Setting("readOnlyModeEnabled")
     disk_usage_threshold = _Setting("diskUsageThreshold")
     disk_usage_warn_threshold = _Setting("diskUsageWarnThreshold")

@@ -38,6 +38,7 @@ from bkfast.errors import (
     BKNoSuchLedgerExistsException,
     BKTimeoutException,
     BKUnauthorizedAccessException,
+    BKWriteOnReadOnlyBookieException,
     ConfigurationError,
 )
 
@@ -95,6 +96,9 @@ class Bookie:
         self._flush_interval_s = max(conf.get("flushInterval"), 1) / 1000.0
         self.replayed_records = 0
         self.started = False
+        # Read-only bookie (forceReadOnlyBookie, or later the disk checker): adds are refused with
+        # EREADONLY unless high priority (recovery), as Java does with high-priority writes allowed.
+        self.read_only = False
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -165,9 +169,11 @@ class Bookie:
 
     # --- operations ------------------------------------------------------------------------------
     def add_entry(self, entry, master_key: bytes, callback: Callback, recovery: bool = False,
-                  ack_before_sync: bool = False) -> None:
+                  ack_before_sync: bool = False, high_priority: bool = False) -> None:
         """Store an entry (the bytes exactly as the client packaged them); callback after it is durable."""
         try:
+            if self.read_only and not (recovery or high_priority):
+                raise BKWriteOnReadOnlyBookieException("bookie is read-only")
             _, scope_id, ledger_id, entry_id = peek_entry_ids(entry)
             if ledger_id < 0 or entry_id < 0:
                 raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")

@@ -279,3 +279,8 @@ def journal(directory, entry_size, ledgers, duration, group_wait_ms, group_bytes
                    f"{result['baseline_records_per_s']:,.0f} rec/s  {result['baseline_mb_per_s']:.1f} MB/s")
         click.echo(f"  journal/baseline = {result['baseline_ratio']:.3f}   "
                    f"(against the baseline's syscall time alone: {result['baseline_io_ratio']:.3f})")
+
+
+from bkfast.cli.bench_bookie import bookie_bench  # noqa: E402 - `bkfast bench bookie`
+
+bench.add_command(bookie_bench)

@@ -4,6 +4,8 @@ import click
 
 from bkfast import __version__
 from bkfast.cli.bench import bench
+from bkfast.cli.bookie import bookie
+from bkfast.cli.shell import shell
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -13,6 +15,8 @@ def main() -> None:
 
 
 main.add_command(bench)
+main.add_command(shell)
+main.add_command(bookie)
 
 if __name__ == "__main__":
     main()

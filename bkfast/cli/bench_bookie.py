@@ -1,0 +1,154 @@
+"""`bkfast bench bookie`: BookKeeper's BenchBookie (and more) against any bookie, bkfast's or Java's.
+
+Owns: the command line. Talks v2 (default) or v3 (`--protocol v3`) straight to one bookie given by
+`--bookie host:port`; needs no ZooKeeper (ledger ids from `--first-ledger-id`, by default a
+time-based number so reruns do not collide with ledgers fenced or closed by earlier runs). Phases, in
+order, each optional: warmup (not reported), latency (one add at a time), throughput (up to
+`--outstanding` adds in flight), rate (open loop, `--rate` adds/s on a fixed schedule, latency from
+the scheduled time). One line per phase, or with `--json` one JSON object with `latency`,
+`throughput` and `rate` objects (each: adds, ok, errors, adds_per_s, mb_per_s, mean_ms, p50_ms,
+p99_ms, p999_ms, max_ms). Exit status 1 if any add failed (non-EOK or unanswered), 2 if the bookie
+could not be reached. The client machinery is in bkfast.loadgen.
+
+Must never: write anything except adds to the ledgers it chose, or retry a failed add (every failure
+is counted and reported).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from bkfast.digests import DigestType
+
+
+def parse_bookie(value: str) -> tuple[str, int]:
+    """"host:port" (or "[v6]:port") -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def default_first_ledger_id() -> int:
+    """Milliseconds since the epoch x 1000: distinct for reruns (up to 1000 ledgers a run)."""
+    return int(time.time() * 1000) * 1000
+
+
+def format_phase(name: str, r: dict) -> str:
+    def f(v):
+        return "-" if v is None else f"{v:.3f}"
+    line = (f"{name:<10} {r['adds']:>9,} adds {r['duration_s']:>8.2f} s {r['adds_per_s']:>11,.0f} adds/s "
+            f"{r['mb_per_s']:>8.1f} MB/s  mean {f(r['mean_ms'])} p50 {f(r['p50_ms'])} "
+            f"p99 {f(r['p99_ms'])} p99.9 {f(r['p999_ms'])} max {f(r['max_ms'])} ms  errors {r['errors']}")
+    if r.get("target_adds_per_s"):
+        line += f"  (target {r['target_adds_per_s']:,.0f} adds/s)"
+    if r["errors"]:
+        line += "  " + ", ".join(f"{k}: {v}" for k, v in r["error_codes"].items())
+    return line
+
+
+def _digest(value: str) -> DigestType:
+    try:
+        return DigestType.parse(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+@click.command("bookie")
+@click.option("--bookie", "bookie_addr", required=True, metavar="HOST:PORT", help="The bookie to write to.")
+@click.option("--protocol", "protocol_version", type=click.Choice(["v2", "v3"]), default="v2",
+              show_default=True, help="Wire protocol.")
+@click.option("--size", default=1024, show_default=True, type=click.IntRange(0, 5 * 1024 * 1024 - 600),
+              help="Payload bytes per add.")
+@click.option("--ledgers", default=1, show_default=True, type=click.IntRange(1, 100000),
+              help="Ledgers written round-robin.")
+@click.option("--first-ledger-id", type=click.IntRange(0, 2**63 - 100001), default=None,
+              help="Id of the first ledger (the others follow it). Default: time-based, unique per run.")
+@click.option("--latency-count", default=10000, show_default=True, type=click.IntRange(0),
+              help="Adds in the latency phase (one at a time); 0 skips it.")
+@click.option("--throughput-count", default=100000, show_default=True, type=click.IntRange(0),
+              help="Adds in the throughput phase; 0 skips it.")
+@click.option("--outstanding", default=1000, show_default=True, type=click.IntRange(1),
+              help="Adds in flight in the throughput phase (split across connections); caps the rate phase.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also run an open-loop phase at this many adds/s (latency from the scheduled time).")
+@click.option("--rate-count", type=click.IntRange(1), default=None,
+              help="Adds in the rate phase. Default: --throughput-count, or 10 s worth if that is 0.")
+@click.option("--warmup-count", default=0, show_default=True, type=click.IntRange(0),
+              help="Adds before the latency phase, not reported.")
+@click.option("--connections", default=1, show_default=True, type=click.IntRange(1, 1024),
+              help="TCP connections to the bookie.")
+@click.option("--digest-type", default="CRC32C", show_default=True, help="CRC32, CRC32C, MAC or DUMMY.")
+@click.option("--password", default="", show_default=True, help="Ledger password (gives the master key).")
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a phase may take before its unanswered adds count as failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of one line per phase.")
+def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, latency_count,
+                 throughput_count, outstanding, rate, rate_count, warmup_count, connections, digest_type,
+                 password, timeout_s, as_json) -> None:
+    """Add entries to one bookie, v2 or v3, and report latency and throughput (like BenchBookie)."""
+    try:
+        host, port = parse_bookie(bookie_addr)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--bookie") from None
+    dt = _digest(digest_type)
+    if first_ledger_id is None:
+        first_ledger_id = default_first_ledger_id()
+    if rate and rate_count is None:
+        rate_count = throughput_count or max(1, int(rate * 10))
+
+    from twisted.internet import reactor
+
+    from bkfast import loadgen
+
+    outcome: dict = {}
+
+    def on_phase(name, res):
+        if not as_json:
+            click.echo(format_phase(name, res))
+
+    d = loadgen.run_bench(reactor, host, port, protocol_version=protocol_version, size=size,
+                          ledgers=ledgers, first_ledger_id=first_ledger_id, digest_type=int(dt),
+                          password=password.encode("utf-8"), connections=connections,
+                          outstanding=outstanding, warmup_count=warmup_count,
+                          latency_count=latency_count, throughput_count=throughput_count, rate=rate,
+                          rate_count=rate_count or 0, timeout_s=timeout_s, on_phase=on_phase)
+
+    def ok(results):
+        outcome["results"] = results
+
+    def failed(f):
+        from twisted.internet.defer import FirstError
+        if f.check(FirstError):
+            f = f.value.subFailure
+        outcome["error"] = f.getErrorMessage()
+
+    d.addCallbacks(ok, failed)
+    d.addBoth(lambda _: reactor.callWhenRunning(reactor.stop))
+    if not d.called:
+        reactor.run()
+
+    if "error" in outcome:
+        click.echo(f"error: cannot run against {host}:{port}: {outcome['error']}", err=True)
+        sys.exit(2)
+    if "results" not in outcome:            # the reactor stopped early (Ctrl-C)
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    results = outcome["results"]
+    errors = sum(r["errors"] for r in results.values())
+    if as_json:
+        doc = {"bookie": f"{host}:{port}", "protocol": protocol_version, "size": size, "ledgers": ledgers,
+               "first_ledger_id": first_ledger_id, "connections": connections, "outstanding": outstanding,
+               "digest_type": dt.name, "errors": errors}
+        doc.update(results)
+        click.echo(json.dumps(doc, sort_keys=True))
+    if errors:
+        if not as_json:
+            click.echo(f"{errors} add(s) failed", err=True)
+        sys.exit(1)

@@ -1,0 +1,193 @@
+"""`bkfast bookie`: run a bookie server (v2 + v3 protocols on one port).
+
+Owns: building the ServerConfiguration (file < BK_* env < `-D key=value` < --port/--read-only), the
+process-wide interpreter settings, the Bookie (journal replay on start), the Twisted listener, and a
+clean shutdown on SIGTERM/SIGINT (stop accepting, let in-flight adds finish, flush + checkpoint, exit 0).
+
+Metadata (as a Java bookie does, in this order): connect to ZooKeeper (`metadataServiceUri`), check the
+cookies of every journal/ledger/index dir against ZooKeeper's (refuse to start on any difference, write
+them on a new bookie), start the Bookie, listen, then register `available/<bookieId>` (or
+`available/readonly/<bookieId>`). `--no-metadata` serves without any of this, for benchmarks and tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+
+from bkfast.conf import ServerConfiguration
+from bkfast.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 10.0
+
+
+def _truthy(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+class MetadataSession:
+    """The bookie's ZooKeeper side: cookies before start, registration after listening, cleanup on stop."""
+
+    def __init__(self, conf: ServerConfiguration):
+        from kazoo.client import KazooClient
+
+        from bkfast.meta import metadata_from_conf
+
+        self.conf = conf
+        connect, self.root, _ = metadata_from_conf(conf)
+        timeout_s = conf.get("zkTimeout") / 1000.0
+        self.zk = KazooClient(hosts=connect, timeout=timeout_s)
+        self.zk.start(timeout=max(timeout_s, 5.0))
+        self.registration = None
+
+    def check_cookies(self) -> str:
+        from bkfast.meta import bookie_id, check_or_create_cookies
+
+        bid = bookie_id(self.conf)
+        check_or_create_cookies(self.zk, self.root, self.conf, bid)
+        return bid
+
+    def register(self, bid: str, host: str, port: int, read_only: bool) -> None:
+        from bkfast.meta import BookieRegistration, bookie_service_info
+
+        self.registration = BookieRegistration(self.zk, self.root, bid, bookie_service_info(host, port))
+        self.registration.register(read_only=read_only)
+        log.info("bookie %s registered under %s/available%s", bid, self.root, "/readonly" if read_only else "")
+
+    def close(self) -> None:
+        try:
+            if self.registration is not None:
+                self.registration.unregister()
+        finally:
+            self.zk.stop()
+            self.zk.close()
+
+
+def _free_port(host: str) -> int:
+    # The bookie id (and so the cookie) names the port, and cookies are checked before listening.
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@click.command("bookie")
+@click.option("--conf", "conf_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="bk_server.conf-style properties file (BookKeeper key names).")
+@click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override one configuration key, e.g. -D journalDirectory=/data/j (repeatable). "
+                   "Precedence: defaults < --conf file < BK_<key> env < -D < --port/--read-only.")
+@click.option("--port", type=int, default=None, help="Listening port (overrides bookiePort).")
+@click.option("--read-only", "read_only", is_flag=True, default=False,
+              help="Start read-only (same as -D forceReadOnlyBookie=true): adds get EREADONLY unless "
+                   "they are recovery / high-priority adds.")
+@click.option("--no-metadata", "no_metadata", is_flag=True, default=False,
+              help="Serve without ZooKeeper: no cookie check, no registration (benchmarks, tests). "
+                   "Clients must be given this bookie's address directly.")
+def bookie(conf_path, overrides, port, read_only, no_metadata) -> None:
+    """Run a bookie: journal replay, then serve v2 and v3 on listeningInterface:bookiePort."""
+    values = {}
+    for item in overrides:
+        if "=" not in item:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="-D")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value
+    if port is not None:
+        values["bookiePort"] = port
+        if port == 0:
+            values.setdefault("allowEphemeralPorts", "true")
+    try:
+        conf = ServerConfiguration.load(conf_path, values)
+        conf.validate()
+    except ConfigurationError as err:
+        raise click.ClickException(str(err)) from err
+    if read_only:
+        conf.set("forceReadOnlyBookie", "true")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from bkfast.meta import MetadataError
+
+    try:
+        code = run(conf, use_metadata=not no_metadata)
+    except (ConfigurationError, MetadataError) as err:  # bad storage class, cookie mismatch, id in use
+        raise click.ClickException(str(err)) from err
+    sys.exit(code)
+
+
+def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
+    # A busy second thread (journal, flush) holds the GIL for the default 5 ms switch interval;
+    # measured: one-at-a-time add p50 went from 16 ms to 3.6 ms with a 0.5 ms interval.
+    sys.setswitchinterval(0.0005)
+
+    from twisted.internet import reactor
+
+    from bkfast.bookie.bookie import Bookie
+    from bkfast.net.server import BookieServerFactory, make_dispatcher
+
+    host = conf.get("listeningInterface") or "0.0.0.0"
+    if conf.get("bookiePort") == 0:
+        conf.set("bookiePort", _free_port(host))
+    meta = None
+    if use_metadata:
+        meta = MetadataSession(conf)
+        try:
+            bid = meta.check_cookies()
+        except BaseException:
+            meta.close()
+            raise
+    else:
+        log.warning("running without a metadata service (--no-metadata): no cookie check, not registered")
+    node = Bookie(conf, dispatcher=make_dispatcher(reactor))
+    node.start()
+    node.read_only = _truthy(conf.get("forceReadOnlyBookie"))
+    factory = BookieServerFactory(node, conf, reactor)
+    port = reactor.listenTCP(conf.get("bookiePort"), factory, interface=host)
+    bound = port.getHost()
+    if meta is not None:
+        advertised = conf.get("advertisedAddress") or bid.rsplit(":", 1)[0]
+        meta.register(bid, advertised, bound.port, node.read_only)
+    print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
+
+    stopping = []
+
+    def shutdown(signum, frame):
+        if stopping:
+            return
+        stopping.append(signum)
+        reactor.callFromThread(begin_stop)
+
+    def begin_stop():
+        log.info("stopping: no new connections, draining in-flight adds")
+        d = port.stopListening()
+        deadline = reactor.seconds() + DRAIN_TIMEOUT_S
+
+        def wait_drained():
+            if factory.pending_adds > 0 and reactor.seconds() < deadline:
+                reactor.callLater(0.01, wait_drained)
+                return
+            factory.flush()
+            for conn in list(factory.connections):
+                conn.transport.loseConnection()
+            reactor.callLater(0.05, reactor.stop)
+
+        if d is not None:
+            d.addBoth(lambda _: wait_drained())
+        else:
+            wait_drained()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    reactor.run(installSignalHandlers=False)
+    if meta is not None:
+        meta.close()
+    node.stop()
+    log.info("bookie exited cleanly")
+    return 0

@@ -1,0 +1,52 @@
+"""Cluster metadata in ZooKeeper: layout/init/format, bookie registration, cookies (spec §5)."""
+
+from .cookies import (
+    COOKIE_LAYOUT_VERSION,
+    Cookie,
+    CookieError,
+    CookieMismatchError,
+    bookie_dirs,
+    check_or_create_cookies,
+    cookie_for_conf,
+    delete_zk_cookie,
+    format_bookie,
+    read_cookie_file,
+    read_zk_cookie,
+    write_cookie_file,
+    write_zk_cookie,
+)
+from .registration import (
+    SCOPE_IDS_PROPERTY,
+    BookieIdInUseError,
+    BookieRegistration,
+    bookie_id,
+    bookie_service_info,
+    split_bookie_id,
+)
+from .zk_layout import (
+    MANAGER_FACTORIES,
+    ClusterExistsError,
+    LedgerLayout,
+    MetadataError,
+    format_layout,
+    format_metadata,
+    init_new_cluster,
+    metadata_from_conf,
+    parse_layout,
+    parse_metadata_service_uri,
+    read_instance_id,
+    read_layout,
+    zk_path,
+)
+
+__all__ = [
+    "COOKIE_LAYOUT_VERSION", "Cookie", "CookieError", "CookieMismatchError", "bookie_dirs",
+    "check_or_create_cookies", "cookie_for_conf", "delete_zk_cookie", "format_bookie", "read_cookie_file",
+    "read_zk_cookie", "write_cookie_file", "write_zk_cookie",
+    "SCOPE_IDS_PROPERTY", "BookieIdInUseError", "BookieRegistration", "bookie_id", "bookie_service_info",
+    "split_bookie_id",
+    "MANAGER_FACTORIES", "ClusterExistsError", "LedgerLayout", "MetadataError", "format_layout",
+    "format_metadata", "init_new_cluster", "metadata_from_conf", "parse_layout", "parse_metadata_service_uri",
+    "read_instance_id",
+    "read_layout", "zk_path",
+]

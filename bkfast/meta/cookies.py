@@ -1,0 +1,381 @@
+"""Bookie cookies (spec §5.5, Java `Cookie.java`): text format, files, ZooKeeper, checks, `bookieformat`.
+
+A cookie ties a bookie id to its journal/ledger/index directories and to the cluster's instance id.
+It is stored in ``<dir>/current/VERSION`` of every journal, ledger and index directory and in
+``<root>/cookies/<bookieId>``. Blocking kazoo calls: use from a thread, not the reactor.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from .zk_layout import COOKIES, MetadataError, read_instance_id, zk_path
+
+__all__ = [
+    "Cookie", "CookieError", "CookieMismatchError", "COOKIE_LAYOUT_VERSION", "VERSION_FILENAME",
+    "cookie_for_conf", "encode_dirs", "decode_dirs", "read_cookie_file", "write_cookie_file",
+    "read_zk_cookie", "write_zk_cookie", "delete_zk_cookie", "check_or_create_cookies", "format_bookie",
+    "bookie_dirs",
+]
+
+COOKIE_LAYOUT_VERSION = 5
+VERSION_FILENAME = "VERSION"
+CURRENT_DIR = "current"
+
+
+class CookieError(MetadataError):
+    """A cookie is missing, unreadable, or inconsistent between places."""
+
+
+class CookieMismatchError(CookieError):
+    """A stored cookie does not match this bookie's configuration."""
+
+
+def encode_dirs(dirs) -> str:
+    """``<count>`` then TAB + dir for each dir (Java `Cookie.encodeDirPaths`)."""
+    return "\t".join([str(len(dirs)), *dirs])
+
+
+def decode_dirs(text: str) -> list[str]:
+    parts = text.split("\t")
+    try:
+        n = int(parts[0])
+    except ValueError:
+        raise CookieError(f"invalid directory list {text!r} in cookie") from None
+    if n != len(parts) - 1:
+        raise CookieError(f"invalid directory list {text!r} in cookie: count {n} but {len(parts) - 1} dirs")
+    return parts[1:]
+
+
+# -- protobuf text format, written the way Java's TextFormat does --------------------------------------
+
+_JAVA_ESCAPES = {7: "\\a", 8: "\\b", 12: "\\f", 10: "\\n", 13: "\\r", 9: "\\t", 11: "\\v",
+                 0x5C: "\\\\", 0x27: "\\'", 0x22: '\\"'}
+_UNESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 0x5C, "'": 0x27, '"': 0x22,
+              "?": 0x3F}
+
+
+def _java_escape(s: str) -> str:
+    out = []
+    for b in s.encode("utf-8"):
+        if b in _JAVA_ESCAPES:
+            out.append(_JAVA_ESCAPES[b])
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append("\\%03o" % b)
+    return "".join(out)
+
+
+def _unescape(s: str) -> str:
+    out = bytearray()
+    i = 0
+    raw = s.encode("utf-8")
+    while i < len(raw):
+        c = raw[i]
+        if c != 0x5C:
+            out.append(c)
+            i += 1
+            continue
+        i += 1
+        if i >= len(raw):
+            raise CookieError("invalid escape at end of string in cookie")
+        e = chr(raw[i])
+        if e in _UNESCAPES:
+            out.append(_UNESCAPES[e])
+            i += 1
+        elif e in "01234567":
+            j = i
+            while j < len(raw) and j < i + 3 and chr(raw[j]) in "01234567":
+                j += 1
+            out.append(int(raw[i:j], 8) & 0xFF)
+            i = j
+        elif e in "xX":
+            j = i + 1
+            while j < len(raw) and j < i + 3 and chr(raw[j]) in "0123456789abcdefABCDEF":
+                j += 1
+            out.append(int(raw[i + 1:j], 16))
+            i = j
+        else:
+            raise CookieError(f"invalid escape \\{e} in cookie")
+    return out.decode("utf-8")
+
+
+_FIELDS = ("bookieHost", "journalDir", "ledgerDirs", "instanceId", "indexDirs")
+
+
+def _parse_text_format(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or len(value) < 2 or value[0] not in "\"'" or value[-1] != value[0]:
+            raise CookieError(f"invalid cookie line {line!r}")
+        if name not in _FIELDS:
+            raise CookieError(f"unknown field {name!r} in cookie")
+        fields[name] = _unescape(value[1:-1])
+    return fields
+
+
+@dataclass(frozen=True)
+class Cookie:
+    bookie_id: str
+    journal_dirs: tuple[str, ...]
+    ledger_dirs: tuple[str, ...]
+    instance_id: str | None = None
+    index_dirs: tuple[str, ...] | None = None
+    layout_version: int = COOKIE_LAYOUT_VERSION
+
+    # Encoded forms, as stored (and compared) by Java.
+    @property
+    def journal_dir_text(self) -> str:
+        return ",".join(self.journal_dirs)
+
+    @property
+    def ledger_dirs_text(self) -> str:
+        return encode_dirs(self.ledger_dirs)
+
+    @property
+    def index_dirs_text(self) -> str | None:
+        return encode_dirs(self.index_dirs) if self.index_dirs is not None else None
+
+    def to_text(self) -> str:
+        if self.layout_version <= 3:
+            lines = [str(self.layout_version), self.bookie_id, self.journal_dir_text, self.ledger_dirs_text]
+            return "\n".join(lines) + "\n"
+        out = [f"{self.layout_version}\n"]
+        for name, value in (("bookieHost", self.bookie_id), ("journalDir", self.journal_dir_text),
+                            ("ledgerDirs", self.ledger_dirs_text), ("instanceId", self.instance_id),
+                            ("indexDirs", self.index_dirs_text)):
+            if value is not None:
+                out.append(f'{name}: "{_java_escape(value)}"\n')
+        return "".join(out)
+
+    def to_bytes(self) -> bytes:
+        return self.to_text().encode("utf-8")
+
+    @classmethod
+    def parse(cls, data: bytes | str) -> "Cookie":
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        first, _, rest = text.partition("\n")
+        try:
+            version = int(first.strip())
+        except ValueError:
+            raise CookieError(f"invalid cookie: first line {first!r} is not a layout version") from None
+        if version == 3:
+            lines = rest.split("\n")
+            if len(lines) < 3:
+                raise CookieError("invalid version 3 cookie: expected bookie id, journal dir and ledger dirs lines")
+            return cls(lines[0], tuple(lines[1].split(",")), tuple(decode_dirs(lines[2])), layout_version=3)
+        if version not in (4, 5):
+            raise CookieError(f"unsupported cookie layout version {version} (supported: 3, 4, 5)")
+        f = _parse_text_format(rest)
+        missing = [n for n in ("bookieHost", "journalDir", "ledgerDirs") if n not in f]
+        if missing:
+            raise CookieError(f"invalid cookie: missing {', '.join(missing)}")
+        return cls(
+            bookie_id=f["bookieHost"],
+            journal_dirs=tuple(f["journalDir"].split(",")),
+            ledger_dirs=tuple(decode_dirs(f["ledgerDirs"])),
+            instance_id=f.get("instanceId"),
+            index_dirs=tuple(decode_dirs(f["indexDirs"])) if "indexDirs" in f else None,
+            layout_version=version,
+        )
+
+    def differences(self, other: "Cookie") -> list[str]:
+        """What differs, as ``"<field>: cookie says X, this bookie has Y"`` (self = stored, other = expected)."""
+        diffs = []
+        for label, a, b in (("bookieId", self.bookie_id, other.bookie_id),
+                            ("journalDirs", self.journal_dir_text, other.journal_dir_text),
+                            ("ledgerDirs", self.ledger_dirs_text, other.ledger_dirs_text),
+                            ("indexDirs", self.index_dirs_text, other.index_dirs_text),
+                            ("instanceId", self.instance_id, other.instance_id)):
+            if a != b:
+                diffs.append(f"{label}: cookie says {a}, this bookie has {b}")
+        return diffs
+
+
+# -- configuration ---------------------------------------------------------------------------------------
+
+def _journal_dirs(conf) -> list[str]:
+    return list(conf.get("journalDirectories"))
+
+
+def bookie_dirs(conf) -> list[str]:
+    """Every directory that holds a cookie: journal, ledger, then (explicitly set) index dirs, no repeats."""
+    dirs = _journal_dirs(conf) + list(conf.get("ledgerDirectories"))
+    if conf.is_set("indexDirectories"):
+        dirs += list(conf.get("indexDirectories"))
+    seen, out = set(), []
+    for d in dirs:
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def cookie_for_conf(conf, bookie_id: str, instance_id: str | None) -> Cookie:
+    index = tuple(conf.get("indexDirectories")) if conf.is_set("indexDirectories") else None
+    return Cookie(bookie_id, tuple(_journal_dirs(conf)), tuple(conf.get("ledgerDirectories")),
+                  instance_id, index)
+
+
+# -- files -----------------------------------------------------------------------------------------------
+
+def _version_path(directory: str) -> str:
+    return os.path.join(directory, CURRENT_DIR, VERSION_FILENAME)
+
+
+def read_cookie_file(directory: str) -> Cookie | None:
+    """The cookie in ``<directory>/current/VERSION``, or None if there is none."""
+    path = _version_path(directory)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return Cookie.parse(data)
+    except CookieError as e:
+        raise CookieError(f"{path}: {e}") from None
+
+
+def write_cookie_file(directory: str, cookie: Cookie) -> str:
+    """Write ``<directory>/current/VERSION`` atomically (temp file, fsync, rename); returns the path."""
+    cur = os.path.join(directory, CURRENT_DIR)
+    os.makedirs(cur, exist_ok=True)
+    path = os.path.join(cur, VERSION_FILENAME)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(cookie.to_bytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+# -- ZooKeeper -------------------------------------------------------------------------------------------
+
+def _zk_cookie_path(root: str, bookie_id: str) -> str:
+    return zk_path(root, COOKIES, bookie_id)
+
+
+def read_zk_cookie(zk, root: str, bookie_id: str) -> tuple[Cookie, int] | None:
+    """(cookie, znode version) from ``<root>/cookies/<bookieId>``, or None."""
+    try:
+        data, stat = zk.get(_zk_cookie_path(root, bookie_id))
+    except NoNodeError:
+        return None
+    try:
+        return Cookie.parse(data), stat.version
+    except CookieError as e:
+        raise CookieError(f"ZooKeeper cookie {_zk_cookie_path(root, bookie_id)}: {e}") from None
+
+
+def write_zk_cookie(zk, root: str, bookie_id: str, cookie: Cookie, version: int | None = None) -> int:
+    """Create the ZK cookie (`version` None) or compare-and-set it at `version`; returns the new version."""
+    path = _zk_cookie_path(root, bookie_id)
+    try:
+        if version is None:
+            zk.ensure_path(zk_path(root, COOKIES))
+            zk.create(path, cookie.to_bytes())
+            return 0
+        return zk.set(path, cookie.to_bytes(), version=version).version
+    except NodeExistsError:
+        raise CookieError(f"cookie {path} already exists (written concurrently?)") from None
+    except BadVersionError:
+        raise CookieError(f"cookie {path} changed concurrently (version {version} is stale)") from None
+    except NoNodeError:
+        raise CookieError(f"cookie {path} does not exist (deleted concurrently?)") from None
+
+
+def delete_zk_cookie(zk, root: str, bookie_id: str, version: int = -1) -> bool:
+    try:
+        zk.delete(_zk_cookie_path(root, bookie_id), version=version)
+        return True
+    except NoNodeError:
+        return False
+
+
+# -- startup check and bookieformat ----------------------------------------------------------------------
+
+def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
+    """Java's `checkEnvironment`: a new bookie gets its cookie written everywhere; an existing one must
+    find identical cookies (bookie id, dirs, instance id) in every directory and in ZooKeeper."""
+    instance_id = read_instance_id(zk, root)
+    if instance_id is None:
+        raise CookieError(f"cluster not initialized: {zk_path(root, 'INSTANCEID')} does not exist "
+                          "(run `bkfast shell initnewcluster`)")
+    expected = cookie_for_conf(conf, bookie_id, instance_id)
+    dirs = bookie_dirs(conf)
+    local = {d: read_cookie_file(d) for d in dirs}
+    zk_entry = read_zk_cookie(zk, root, bookie_id)
+    have = [d for d, c in local.items() if c is not None]
+    missing = [d for d, c in local.items() if c is None]
+
+    if zk_entry is None and not have:
+        for d in dirs:
+            write_cookie_file(d, expected)
+        write_zk_cookie(zk, root, bookie_id, expected)
+        return expected
+    if zk_entry is None:
+        raise CookieError(
+            f"bookie {bookie_id}: directories {', '.join(have)} hold a cookie but ZooKeeper has none at "
+            f"{_zk_cookie_path(root, bookie_id)} (metadata was formatted or this is another cluster); "
+            "run `bkfast shell bookieformat` to wipe this bookie")
+    if not have:
+        raise CookieError(
+            f"bookie {bookie_id}: ZooKeeper has a cookie at {_zk_cookie_path(root, bookie_id)} but none of its "
+            f"directories ({', '.join(dirs)}) has one (data lost or directories changed); "
+            "recover the directories or run `bkfast shell bookieformat` and re-replicate")
+    if missing:
+        raise CookieError(f"bookie {bookie_id}: no cookie in directories {', '.join(missing)} "
+                          f"(cookies found in {', '.join(have)})")
+    problems = []
+    zk_cookie, _ = zk_entry
+    for where, c in [(f"ZooKeeper {_zk_cookie_path(root, bookie_id)}", zk_cookie)] + \
+            [(_version_path(d), local[d]) for d in dirs]:
+        for diff in c.differences(expected):
+            problems.append(f"{where}: {diff}")
+    if problems:
+        raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
+    return expected
+
+
+def _wipe_dir(directory: str) -> None:
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        p = os.path.join(directory, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
+
+
+def format_bookie(zk, root: str, conf, bookie_id: str, force: bool = False) -> list[str]:
+    """BookKeeper's `bookieformat`: wipe this bookie's journal/ledger/index dirs and delete its ZK cookie.
+    Without `force`, refuses when any directory holds data or ZooKeeper holds the cookie. Returns actions."""
+    dirs = bookie_dirs(conf)
+    nonempty = [d for d in dirs if os.path.isdir(d) and os.listdir(d)]
+    zk_cookie = zk.exists(_zk_cookie_path(root, bookie_id)) is not None if zk is not None else False
+    if not force and (nonempty or zk_cookie):
+        what = ([f"directories {', '.join(nonempty)} hold data"] if nonempty else []) + \
+               ([f"ZooKeeper has cookie {_zk_cookie_path(root, bookie_id)}"] if zk_cookie else [])
+        raise CookieError(f"bookie {bookie_id} is not empty ({'; '.join(what)}); pass --force to wipe it")
+    actions = []
+    for d in dirs:
+        if os.path.isdir(d):
+            _wipe_dir(d)
+            actions.append(f"wiped {d}")
+    if zk is not None and delete_zk_cookie(zk, root, bookie_id):
+        actions.append(f"deleted cookie {_zk_cookie_path(root, bookie_id)}")
+    return actions
+

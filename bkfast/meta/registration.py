@@ -1,0 +1,220 @@
+"""Bookie id and bookie registration in ZooKeeper (spec §5.1; Java `ZKRegistrationManager`).
+
+A bookie registers an EPHEMERAL ``<root>/available/<bookieId>`` (or ``available/readonly/<bookieId>``)
+holding a binary `BookieServiceInfoFormat`. After a ZooKeeper session expiry the node is re-created on
+the new session from a background thread (kazoo listeners must never block). Blocking kazoo calls:
+use from a thread, not the reactor.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from bkfast.proto import BookieServiceInfoFormat
+
+from .zk_layout import AVAILABLE, READONLY, MetadataError, zk_path
+
+__all__ = ["bookie_id", "bookie_service_info", "BookieRegistration", "BookieIdInUseError",
+           "SCOPE_IDS_PROPERTY", "split_bookie_id"]
+
+log = logging.getLogger(__name__)
+
+SCOPE_IDS_PROPERTY = "bkfast.scopeIds"
+
+
+class BookieIdInUseError(MetadataError):
+    """Another live bookie (ZooKeeper session) holds this bookie id's registration."""
+
+
+def bookie_id(conf) -> str:
+    """``bookieId`` if set, else ``advertisedAddress or (hostname if useHostNameAsBookieID else IP)``:port."""
+    explicit = conf.get("bookieId")
+    if explicit:
+        return explicit
+    host = conf.get("advertisedAddress")
+    if not host:
+        fqdn = socket.getfqdn()
+        if conf.get("useHostNameAsBookieID"):
+            host = fqdn
+        else:
+            try:
+                host = socket.gethostbyname(fqdn)
+            except OSError:
+                host = socket.gethostbyname(socket.gethostname())
+    return f"{host}:{conf.get('bookiePort')}"
+
+
+def split_bookie_id(bid: str) -> tuple[str, int]:
+    host, sep, port = bid.rpartition(":")
+    if not sep or not port.isdigit():
+        raise MetadataError(f"bookie id {bid!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def bookie_service_info(host: str, port: int, properties: dict[str, str] | None = None,
+                        scope_ids: bool = True) -> bytes:
+    """Serialized `BookieServiceInfoFormat`: one endpoint ("bookie", "bookie-rpc", host, port) and
+    `properties` (plus ``bkfast.scopeIds=1`` unless `scope_ids` is False)."""
+    info = BookieServiceInfoFormat()
+    ep = info.endpoints.add()
+    ep.id = "bookie"
+    ep.port = port
+    ep.host = host
+    ep.protocol = "bookie-rpc"
+    props = dict(properties or {})
+    if scope_ids:
+        props.setdefault(SCOPE_IDS_PROPERTY, "1")
+    for k in sorted(props):
+        info.properties[k] = props[k]
+    return info.SerializeToString(deterministic=True)
+
+
+class BookieRegistration:
+    """The ephemeral registration of one bookie. Thread-safe; `register()` before use."""
+
+    def __init__(self, zk, root: str, bookie_id: str, service_info: bytes, *,
+                 wait_expired_timeout: float | None = None, retry_interval: float = 0.2):
+        self.zk = zk
+        self.root = zk_path(root)
+        self.bookie_id = bookie_id
+        self.service_info = service_info
+        self.wait_expired_timeout = wait_expired_timeout
+        self.retry_interval = retry_interval
+        self.read_only = False
+        self.registered = False
+        self._lock = threading.RLock()
+        self._closed = False
+        self._session_lost = False
+        self._reregister_thread: threading.Thread | None = None
+        self.reregistrations = 0           # how many times the node was re-created after a session loss
+        self.reregistered = threading.Event()
+
+    # -- paths --
+    @property
+    def writable_path(self) -> str:
+        return zk_path(self.root, AVAILABLE, self.bookie_id)
+
+    @property
+    def readonly_path(self) -> str:
+        return zk_path(self.root, AVAILABLE, READONLY, self.bookie_id)
+
+    @property
+    def path(self) -> str:
+        return self.readonly_path if self.read_only else self.writable_path
+
+    # -- lifecycle --
+    def register(self, read_only: bool = False) -> None:
+        with self._lock:
+            if self._closed:
+                raise MetadataError("registration is closed")
+            self.read_only = read_only
+            self._create(self.path)
+            if not self.registered:
+                self.zk.add_listener(self._on_state)
+            self.registered = True
+
+    def set_read_only(self, read_only: bool) -> None:
+        """Move the registration: create the new node first, then delete the old one (as Java)."""
+        with self._lock:
+            if read_only == self.read_only:
+                return
+            old = self.path
+            self.read_only = read_only
+            if not self.registered or self._session_lost:
+                return                     # register() / the re-registration after expiry uses the new state
+            try:
+                self._create(self.path)
+            except Exception:
+                self.read_only = not read_only
+                raise
+            self._delete_own(old)
+
+    def unregister(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self.registered:
+                self.zk.remove_listener(self._on_state)
+                self.registered = False
+                for p in (self.writable_path, self.readonly_path):
+                    self._delete_own(p)
+
+    close = unregister
+
+    # -- internals --
+    def _session_id(self):
+        cid = self.zk.client_id
+        return cid[0] if cid else None
+
+    def _create(self, path: str) -> None:
+        """Create the ephemeral node, waiting (up to the session timeout) for a previous session's node
+        to expire; re-use a node our own session already owns."""
+        deadline = time.monotonic() + (self.wait_expired_timeout if self.wait_expired_timeout is not None
+                                       else getattr(self.zk, "_session_timeout", 10000) / 1000.0)
+        while True:
+            try:
+                self.zk.create(path, self.service_info, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                continue                            # vanished meanwhile: try again
+            if stat.ephemeralOwner == self._session_id():
+                if data != self.service_info:
+                    self.zk.set(path, self.service_info)
+                return
+            if stat.ephemeralOwner == 0:
+                raise BookieIdInUseError(f"bookie id {self.bookie_id}: {path} exists and is not ephemeral; "
+                                         "remove it by hand")
+            if time.monotonic() >= deadline:
+                raise BookieIdInUseError(
+                    f"bookie id {self.bookie_id} is already registered at {path} by another live ZooKeeper "
+                    f"session (0x{stat.ephemeralOwner:x}); is another bookie running with the same id?")
+            time.sleep(min(self.retry_interval, max(0.0, deadline - time.monotonic())))
+
+    def _delete_own(self, path: str) -> None:
+        try:
+            _, stat = self.zk.get(path)
+            if stat.ephemeralOwner == self._session_id():
+                self.zk.delete(path, version=stat.version)
+        except NoNodeError:
+            pass
+        except Exception as e:                     # connection trouble: the session's end removes it anyway
+            log.warning("could not delete %s: %r", path, e)
+
+    def _on_state(self, state) -> None:
+        # Runs on kazoo's event thread: never block here.
+        if state == KazooState.LOST:
+            self._session_lost = True
+            self.reregistered.clear()
+        elif state == KazooState.CONNECTED and self._session_lost and not self._closed:
+            self._session_lost = False
+            t = self._reregister_thread
+            if t is None or not t.is_alive():
+                self._reregister_thread = threading.Thread(
+                    target=self._reregister, name=f"bk-reregister-{self.bookie_id}", daemon=True)
+                self._reregister_thread.start()
+
+    def _reregister(self) -> None:
+        delay = self.retry_interval
+        while not self._closed:
+            try:
+                with self._lock:
+                    if self._closed or not self.registered:
+                        return
+                    self._create(self.path)
+                    self.reregistrations += 1
+                log.info("re-registered bookie %s at %s after ZooKeeper session expiry", self.bookie_id, self.path)
+                self.reregistered.set()
+                return
+            except Exception as e:
+                log.warning("re-registering bookie %s failed (%r); retrying", self.bookie_id, e)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)

@@ -1,0 +1,352 @@
+"""v3 (protobuf) request handling for the bookie server (spec §2).
+
+Responses: header VERSION_THREE with the request's operation and txnId (never its priority), outer
+status equal to the inner response's status, EBADREQ for unknown operations. `ledgerScopeId` (1000)
+is read from requests and echoed in responses only when it is not 0, so scope 0 is byte-identical
+to Java.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from bkfast.errors import BKError, V3Status, v3_status_for
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+_U64 = (1 << 64) - 1
+DEFERRED_SYNC = 1
+TOTAL_DISK_CAPACITY = 0x01
+FREE_DISK_SPACE = 0x02
+
+
+def parse_request(frame: bytes):
+    """The frame as a complete v3 Request, or None (then the connection falls back to v2 for good).
+
+    Java's parseFrom also refuses messages missing required fields, hence IsInitialized.
+    """
+    request = pb.Request()
+    try:
+        request.ParseFromString(frame)
+    except Exception:
+        return None
+    if not request.HasField("header") or not request.IsInitialized():
+        return None
+    return request
+
+
+def auth_disabled_message() -> bytes:
+    return pb.AuthMessage(authPluginName="AuthDisabledPlugin", payload=b"").SerializeToString()
+
+
+def encode_availability(entries) -> bytes:
+    """AvailabilityOfEntriesOfLedger as BookKeeper 4.16.7 writes it: a 64-byte header (version 0,
+    group count), then one (start, start, size, period 0) group per run of consecutive entry ids."""
+    runs: list[list[int]] = []
+    for entry in sorted(set(entries)):
+        if runs and entry == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([entry, 1])
+    header = struct.pack(">ii", 0, len(runs)).ljust(64, b"\0")
+    return header + b"".join(struct.pack(">qqii", start, start, size, 0) for start, size in runs)
+
+
+def _status(error) -> int:
+    return V3Status.EOK if error is None else int(v3_status_for(error))
+
+
+def _scope(msg) -> int:
+    return msg.ledgerScopeId & _U64 if msg.HasField("ledgerScopeId") else 0
+
+
+def _set_scope(msg, scope_id: int) -> None:
+    if scope_id:
+        msg.ledgerScopeId = scope_id if scope_id < (1 << 63) else scope_id - (1 << 64)
+
+
+class _Reply:
+    """Builds and sends one v3 response on a connection."""
+
+    __slots__ = ("conn", "request")
+
+    def __init__(self, conn, request):
+        self.conn = conn
+        self.request = request
+
+    def send(self, status: int, field: str | None = None, **inner) -> None:
+        conn = self.conn
+        if not conn.connected:
+            return
+        h = self.request.header
+        response = pb.Response(status=status)
+        response.header.version = pb.VERSION_THREE
+        response.header.operation = h.operation
+        response.header.txnId = h.txnId
+        if field is not None:
+            sub = getattr(response, field)
+            scope = inner.pop("scope", 0)
+            sub.status = status
+            for k, v in inner.items():
+                if v is not None:
+                    setattr(sub, k, bytes(v) if isinstance(v, (memoryview, bytearray)) else v)
+            _set_scope(sub, scope)
+        conn.out.add_frame(response.SerializeToString())
+        conn.respond()
+
+
+def handle(conn, request) -> None:
+    op = request.header.operation
+    reply = _Reply(conn, request)
+    if request.header.version != pb.VERSION_THREE:
+        handler = _ERROR_FIELDS.get(op)
+        if handler is not None:
+            field, sub_name = handler
+            if request.HasField(sub_name):
+                sub = getattr(request, sub_name)
+                out_fields = pb.Response.DESCRIPTOR.fields_by_name[field].message_type.fields_by_name
+                ids = {k: getattr(sub, k) for k in ("ledgerId", "entryId")
+                       if k in sub.DESCRIPTOR.fields_by_name and k in out_fields}
+                reply.send(V3Status.EBADVERSION, field, scope=_scope(sub), **ids)
+                return
+        reply.send(V3Status.EBADVERSION)
+        return
+    fn = _HANDLERS.get(op)
+    if fn is None:
+        reply.send(V3Status.EBADREQ)
+        return
+    fn(conn, request, reply)
+
+
+def _add(conn, request, reply) -> None:
+    if not request.HasField("addRequest"):
+        reply.send(V3Status.EBADREQ)
+        return
+    a = request.addRequest
+    ledger_id, entry_id, scope = a.ledgerId, a.entryId, _scope(a)
+    if conn.too_many_adds():
+        reply.send(V3Status.ETOOMANYREQUESTS, "addResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
+        return
+    conn.add_started()
+
+    def done(error):
+        conn.add_finished()
+        if error is None:
+            conn.factory.lac_changed(scope, ledger_id)
+        reply.send(_status(error), "addResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
+
+    recovery = a.HasField("flag") and a.flag == pb.AddRequest.RECOVERY_ADD
+    conn.bookie.add_entry(a.body, a.masterKey, done, recovery=recovery,
+                          ack_before_sync=bool(a.writeFlags & DEFERRED_SYNC),
+                          high_priority=recovery or request.header.priority > 0)
+
+
+def _read(conn, request, reply) -> None:
+    if not request.HasField("readRequest"):
+        reply.send(V3Status.EBADREQ)
+        return
+    r = request.readRequest
+    ledger_id, entry_id, scope = r.ledgerId, r.entryId, _scope(r)
+    factory = conn.factory
+    fence = r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER
+    piggyback = r.HasField("flag") and r.flag == pb.ReadRequest.ENTRY_PIGGYBACK
+
+    def send_read(status, **kw):
+        reply.send(status, "readResponse", ledgerId=ledger_id, scope=scope, **kw)
+
+    def plain_read(with_lac=True):
+        # Java sets maxLAC (the bookie's known LAC) on successful reads, except fencing reads.
+        try:
+            body = conn.bookie.read_entry(ledger_id, entry_id, scope)
+            max_lac = factory.known_lac(scope, ledger_id) if with_lac else None
+        except Exception as error:
+            send_read(_status(error), entryId=entry_id)
+        else:
+            send_read(V3Status.EOK, entryId=entry_id, body=body, maxLAC=max_lac)
+
+    if fence:
+        if not r.HasField("masterKey"):
+            send_read(V3Status.EUA, entryId=entry_id)
+            return
+
+        def fenced(error):
+            if error is not None:
+                send_read(_status(error), entryId=entry_id)
+            else:
+                plain_read(with_lac=False)
+
+        conn.bookie.fence(ledger_id, r.masterKey, fenced, scope)
+        return
+    if not r.HasField("previousLAC"):
+        plain_read()
+        return
+    # Long poll (LongPollReadEntryProcessorV3). With ENTRY_PIGGYBACK the client asks for entry -1
+    # and gets maxLAC + the entry after previousLAC; anything else is a client bug: EBADREQ.
+    previous_lac = r.previousLAC
+    if piggyback and entry_id != -1:
+        send_read(V3Status.EBADREQ, entryId=entry_id)
+        return
+
+    def answer():
+        if not piggyback:
+            plain_read()
+            return
+        try:
+            lac = factory.known_lac(scope, ledger_id)
+        except BKError as error:
+            send_read(_status(error), entryId=entry_id)
+            return
+        if lac > previous_lac:
+            wanted = previous_lac + 1
+            try:
+                body = conn.bookie.read_entry(ledger_id, wanted, scope)
+            except Exception as error:
+                send_read(_status(error), entryId=wanted, maxLAC=lac)
+                return
+            send_read(V3Status.EOK, entryId=wanted, body=body, maxLAC=lac,
+                      lacUpdateTimestamp=factory.lac_update_time(scope, ledger_id))
+        else:
+            send_read(V3Status.ENOENTRY, entryId=entry_id, maxLAC=lac)
+
+    try:
+        lac = factory.known_lac(scope, ledger_id)
+    except BKError as error:
+        send_read(_status(error), entryId=entry_id)
+        return
+    if lac > previous_lac or not r.HasField("timeOut"):
+        answer()
+        return
+    watcher = _LacWatcher(previous_lac, answer)
+    factory.watch_lac(scope, ledger_id, watcher)
+
+    def timed_out():
+        factory.unwatch_lac(scope, ledger_id, watcher)
+        watcher.fire()
+
+    watcher.timer = factory.reactor.callLater(max(r.timeOut, 0) / 1000.0, timed_out)
+
+
+class _LacWatcher:
+    __slots__ = ("previous_lac", "callback", "done", "timer")
+
+    def __init__(self, previous_lac, callback):
+        self.previous_lac = previous_lac
+        self.callback = callback
+        self.done = False
+        self.timer = None
+
+    def fire(self):
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.callback()
+
+
+def _write_lac(conn, request, reply) -> None:
+    if not request.HasField("writeLacRequest"):
+        reply.send(V3Status.EBADREQ)
+        return
+    w = request.writeLacRequest
+    ledger_id, scope = w.ledgerId, _scope(w)
+
+    def done(error):
+        if error is None:
+            conn.factory.lac_changed(scope, ledger_id)
+        reply.send(_status(error), "writeLacResponse", ledgerId=ledger_id, scope=scope)
+
+    conn.bookie.set_explicit_lac(ledger_id, w.body, w.masterKey, done, scope)
+
+
+def _read_lac(conn, request, reply) -> None:
+    if not request.HasField("readLacRequest"):
+        reply.send(V3Status.EBADREQ)
+        return
+    r = request.readLacRequest
+    ledger_id, scope = r.ledgerId, _scope(r)
+    lac_body = last_entry = None
+    try:
+        lac_body = conn.bookie.get_explicit_lac(ledger_id, scope)
+    except Exception:
+        pass
+    try:
+        last_entry = conn.bookie.read_entry(ledger_id, -1, scope)
+    except Exception:
+        pass
+    status = V3Status.ENOENTRY if lac_body is None and last_entry is None else V3Status.EOK
+    reply.send(status, "readLacResponse", ledgerId=ledger_id, scope=scope,
+               lacBody=bytes(lac_body) if lac_body is not None else None,
+               lastEntryBody=bytes(last_entry) if last_entry is not None else None)
+
+
+def _force_ledger(conn, request, reply) -> None:
+    if not request.HasField("forceLedgerRequest"):
+        reply.send(V3Status.EBADREQ)
+        return
+    f = request.forceLedgerRequest
+    ledger_id, scope = f.ledgerId, _scope(f)
+    conn.bookie.force_ledger(
+        ledger_id, lambda error: reply.send(_status(error), "forceLedgerResponse", ledgerId=ledger_id,
+                                            scope=scope), scope)
+
+
+def _bookie_info(conn, request, reply) -> None:
+    requested = request.getBookieInfoRequest.requested if request.HasField("getBookieInfoRequest") else 0
+    total, free = conn.factory.disk_space()
+    reply.send(V3Status.EOK, "getBookieInfoResponse",
+               totalDiskCapacity=total if requested & TOTAL_DISK_CAPACITY else 0,
+               freeDiskSpace=free if requested & FREE_DISK_SPACE else 0)
+
+
+def _entries_of_ledger(conn, request, reply) -> None:
+    if not request.HasField("getListOfEntriesOfLedgerRequest"):
+        reply.send(V3Status.EBADREQ)
+        return
+    g = request.getListOfEntriesOfLedgerRequest
+    ledger_id, scope = g.ledgerId, _scope(g)
+    try:
+        entries = conn.bookie.entries_of_ledger(ledger_id, scope)
+    except Exception as error:
+        reply.send(_status(error), "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope)
+        return
+    reply.send(V3Status.EOK, "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope,
+               availabilityOfEntriesOfLedger=encode_availability(entries))
+
+
+def _auth(conn, request, reply) -> None:
+    if not conn.connected:
+        return
+    h = request.header
+    response = pb.Response(status=V3Status.EOK)
+    response.header.version = pb.VERSION_THREE
+    response.header.operation = h.operation
+    response.header.txnId = h.txnId
+    response.authResponse.authPluginName = "AuthDisabledPlugin"
+    response.authResponse.payload = b""
+    conn.out.add_frame(response.SerializeToString())
+    conn.respond()
+
+
+_HANDLERS = {
+    pb.ADD_ENTRY: _add,
+    pb.READ_ENTRY: _read,
+    pb.WRITE_LAC: _write_lac,
+    pb.READ_LAC: _read_lac,
+    pb.FORCE_LEDGER: _force_ledger,
+    pb.GET_BOOKIE_INFO: _bookie_info,
+    pb.GET_LIST_OF_ENTRIES_OF_LEDGER: _entries_of_ledger,
+    pb.AUTH: _auth,
+}
+
+# For EBADVERSION answers: the response field and request field of each operation.
+_ERROR_FIELDS = {
+    pb.ADD_ENTRY: ("addResponse", "addRequest"),
+    pb.READ_ENTRY: ("readResponse", "readRequest"),
+    pb.WRITE_LAC: ("writeLacResponse", "writeLacRequest"),
+    pb.READ_LAC: ("readLacResponse", "readLacRequest"),
+    pb.FORCE_LEDGER: ("forceLedgerResponse", "forceLedgerRequest"),
+    pb.GET_LIST_OF_ENTRIES_OF_LEDGER: ("getListOfEntriesOfLedgerResponse", "getListOfEntriesOfLedgerRequest"),
+}

@@ -1,0 +1,168 @@
+"""Helpers for the bookie server tests: a `bkfast bookie` subprocess and a raw-socket client."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 30.0
+
+
+class BookieProcess:
+    """`python -m bkfast.cli.main bookie` on 127.0.0.1 and a free port, stopped by pid."""
+
+    def __init__(self, data_dir: Path, *extra: str):
+        self.data_dir = Path(data_dir)
+        self.extra = list(extra)
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.host = "127.0.0.1"
+
+    def start(self) -> BookieProcess:
+        args = [sys.executable, "-m", "bkfast.cli.main", "bookie", "--no-metadata",
+                "-D", f"journalDirectory={self.data_dir / 'journal'}",
+                "-D", f"ledgerDirectories={self.data_dir / 'ledgers'}",
+                "-D", "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+                "-D", "listeningInterface=127.0.0.1",
+                "-D", "dbStorage_writeCacheMaxSizeMb=16",
+                "-D", "dbStorage_readAheadCacheMaxSizeMb=16",
+                "--port", str(self.port or 0), *self.extra]
+        self.stderr_path = self.data_dir / f"bookie-{time.time_ns()}.log"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=REPO,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + START_TIMEOUT_S
+        line = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                line = self.proc.stdout.readline()
+                if line.startswith(b"bookie listening on "):
+                    self.port = int(line.strip().rsplit(b":", 1)[1])
+                    return self
+                if not line:
+                    break
+            if self.proc.poll() is not None:
+                break
+        self.kill()
+        raise RuntimeError(f"bookie did not start: {line!r}\n{self.log()}")
+
+    def log(self, tail: int | None = 4000) -> str:
+        try:
+            text = self.stderr_path.read_text(errors="replace")
+            return text[-tail:] if tail else text
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = -9
+        self._close()
+        return rc
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stdout:
+            self.proc.stdout.close()
+        if not self._stderr.closed:
+            self._stderr.close()
+
+    def connect(self) -> Client:
+        return Client(self.host, self.port)
+
+
+class Client:
+    """Blocking raw-socket client speaking length-prefixed frames."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.txn = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_body(self, body: bytes) -> None:
+        self.sock.sendall(struct.pack(">I", len(body)) + body)
+
+    def _fill(self, n: int) -> None:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("connection closed by the bookie")
+            self.buf += chunk
+
+    def recv_frame(self) -> bytes:
+        """The next whole frame, length prefix included."""
+        self._fill(4)
+        (n,) = struct.unpack_from(">I", self.buf)
+        self._fill(4 + n)
+        frame, self.buf = self.buf[:4 + n], self.buf[4 + n:]
+        return frame
+
+    def recv_body(self) -> bytes:
+        return self.recv_frame()[4:]
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(1 << 16)
+                if not chunk:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    # --- v3 ---
+    def v3(self, operation: int, **sub) -> pb.Response:
+        self.txn += 1
+        request = pb.Request()
+        request.header.version = pb.VERSION_THREE
+        request.header.operation = operation
+        request.header.txnId = self.txn
+        for field, values in sub.items():
+            msg = getattr(request, field)
+            for k, v in values.items():
+                setattr(msg, k, v)
+        self.send_body(request.SerializeToString())
+        response = pb.Response.FromString(self.recv_body())
+        assert response.header.txnId == self.txn
+        return response
