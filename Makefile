@@ -22,8 +22,7 @@ system-deps:
 
 run: install
 	$(VENV)/bin/bkfast --version
-	$(VENV)/bin/bkfast --help
-	$(PY) bench/codec_report.py --seconds 0.05
+	bash scripts/demo.sh
 
 test: install-test system-deps
 	$(PY) -m pytest
