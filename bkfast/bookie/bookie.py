@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,6 +100,8 @@ class Bookie:
         # Read-only bookie (forceReadOnlyBookie, or later the disk checker): adds are refused with
         # EREADONLY unless high priority (recovery), as Java does with high-priority writes allowed.
         self.read_only = False
+        # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
+        self.metrics = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,6 +174,8 @@ class Bookie:
     def add_entry(self, entry, master_key: bytes, callback: Callback, recovery: bool = False,
                   ack_before_sync: bool = False, high_priority: bool = False) -> None:
         """Store an entry (the bytes exactly as the client packaged them); callback after it is durable."""
+        if self.metrics is not None:
+            callback = self.metrics.timed_add(callback)
         try:
             if self.read_only and not (recovery or high_priority):
                 raise BKWriteOnReadOnlyBookieException("bookie is read-only")
@@ -226,7 +231,17 @@ class Bookie:
 
     def read_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         """The stored entry (entry -1: the highest one). Raises BKNoSuchLedgerExists / BKNoSuchEntry."""
-        return self.storage.get_entry(ledger_id, entry_id, scope_id)
+        metrics = self.metrics
+        if metrics is None:
+            return self.storage.get_entry(ledger_id, entry_id, scope_id)
+        t0 = time.perf_counter()
+        try:
+            data = self.storage.get_entry(ledger_id, entry_id, scope_id)
+        except BaseException as error:
+            metrics.read_failed(error)
+            raise
+        metrics.read_ok(time.perf_counter() - t0)
+        return data
 
     def read_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
         return self.storage.get_last_add_confirmed(ledger_id, scope_id)

@@ -278,6 +278,8 @@ class Journal:
         self.sync_count = 0      # fdatasyncs of batches (file creation syncs are not counted)
         self.records_written = 0
         self.bytes_written = 0   # record, length and padding bytes
+        # Optional `observe(seconds)` of each synced batch's write + fdatasync (admin metrics); journal thread.
+        self.sync_latency_observer: Callable[[float], object] | None = None
 
     # --- public API -----------------------------------------------------------------------------------
     @property
@@ -464,6 +466,8 @@ class Journal:
             early_toks, late_toks = [], toks
         start = writer.position
         acked_early = False
+        observer = self.sync_latency_observer if sync else None
+        t0 = time.perf_counter() if observer is not None else 0.0
         try:
             if sync and early_toks:
                 writer.write(recs, False)
@@ -479,6 +483,8 @@ class Journal:
         self.bytes_written += writer.position - start
         if sync:
             self._synced()
+            if observer is not None:
+                observer(time.perf_counter() - t0)
         if early_toks and not acked_early:
             self._deliver(early_toks)
         if late_toks:

@@ -151,10 +151,14 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
     factory = BookieServerFactory(node, conf, reactor)
     port = reactor.listenTCP(conf.get("bookiePort"), factory, interface=host)
     bound = port.getHost()
+    http_port = admin = None
+    if _truthy(conf.get("httpServerEnabled")):
+        from bkfast.http.server import start_http_server
+
+        http_port, admin = start_http_server(reactor, conf, node, factory, meta)
     if meta is not None:
         advertised = conf.get("advertisedAddress") or bid.rsplit(":", 1)[0]
         meta.register(bid, advertised, bound.port, node.read_only)
-    print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
 
     stopping = []
 
@@ -166,6 +170,10 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
 
     def begin_stop():
         log.info("stopping: no new connections, draining in-flight adds")
+        if admin is not None:
+            admin.shutting_down = True
+        if http_port is not None:
+            http_port.stopListening()
         d = port.stopListening()
         deadline = reactor.seconds() + DRAIN_TIMEOUT_S
 
@@ -185,6 +193,8 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
+    # Only now say we are up: a supervisor may send SIGTERM the moment it reads this line.
+    print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
     reactor.run(installSignalHandlers=False)
     if meta is not None:
         meta.close()

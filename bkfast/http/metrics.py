@@ -1,0 +1,149 @@
+"""The bookie's Prometheus metrics (prometheus_client), one CollectorRegistry per bookie.
+
+Hot-path cost is kept small: label children are created once and cached (`ok` children, and one per
+error type the first time it is seen), adds/reads do one counter inc and (on success) one histogram
+observe, and the journal thread observes ONE sync latency per batch. Gauges and the journal counters
+are read at scrape time (Gauge.set_function / a custom collector), so they cost nothing between scrapes.
+
+Names follow BookKeeper's stats where it has one, with a `bookie_` prefix:
+  bookie_add_entry_total{status}            adds answered, by status (OK or the v2 rc name, e.g. EREADONLY)
+  bookie_add_entry_latency_seconds          add: bookie accepted the decoded request -> ack handed to the writer
+  bookie_read_entry_total{status}           entry reads, by status
+  bookie_read_entry_latency_seconds         successful entry reads
+  bookie_journal_queue_size                 records queued for the journal thread
+  bookie_journal_batch_total, bookie_journal_sync_total, bookie_journal_records_total,
+  bookie_journal_bytes_total                from the Journal's own counters, at scrape time
+  bookie_journal_sync_latency_seconds       write + fdatasync of one synced journal batch
+  bookie_write_cache_size_bytes             bytes in the DbLedgerStorage write caches
+  bookie_read_only                          1 when the bookie refuses normal adds
+  bookie_connections                        open client connections
+  bookie_pending_adds                       adds accepted and not yet answered
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+
+from bkfast.errors import v2_rc_for
+
+__all__ = ["BookieMetrics", "LATENCY_BUCKETS", "SYNC_BUCKETS"]
+
+LATENCY_BUCKETS = (.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1.0, 2.5)
+SYNC_BUCKETS = (.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1.0)
+
+
+def _status_name(error: BaseException) -> str:
+    try:
+        return v2_rc_for(error).name
+    except Exception:
+        return "EIO"
+
+
+class _JournalCollector:
+    """Journal counters exposed as Prometheus counters, read from the Journal at scrape time."""
+
+    def __init__(self, bookie):
+        self.bookie = bookie
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        journal = self.bookie.journal
+        values = (
+            ("bookie_journal_batch", "Journal batches written (one write call each)", "batch_count"),
+            ("bookie_journal_sync", "Journal batch fdatasyncs", "sync_count"),
+            ("bookie_journal_records", "Journal records written", "records_written"),
+            ("bookie_journal_bytes", "Journal bytes written (records, lengths, padding)", "bytes_written"),
+        )
+        for name, doc, attr in values:
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], float(getattr(journal, attr, 0) if journal is not None else 0))
+            yield family
+
+
+class BookieMetrics:
+    """Every metric of one bookie, on its own registry (`self.registry`)."""
+
+    def __init__(self, bookie, factory=None, registry: CollectorRegistry | None = None):
+        self.registry = registry = registry if registry is not None else CollectorRegistry()
+        self.bookie = bookie
+        self.factory = factory
+        self.add_total = Counter("bookie_add_entry", "addEntry requests answered, by status",
+                                 ["status"], registry=registry)
+        self.read_total = Counter("bookie_read_entry", "Entry reads, by status", ["status"], registry=registry)
+        self.add_latency = Histogram("bookie_add_entry_latency_seconds",
+                                     "Successful adds: request accepted to acknowledgement",
+                                     buckets=LATENCY_BUCKETS, registry=registry)
+        self.read_latency = Histogram("bookie_read_entry_latency_seconds", "Successful entry reads",
+                                      buckets=LATENCY_BUCKETS, registry=registry)
+        self.journal_sync_latency = Histogram("bookie_journal_sync_latency_seconds",
+                                              "Write + fdatasync of one synced journal batch",
+                                              buckets=SYNC_BUCKETS, registry=registry)
+        # Cached children: the hot paths never call .labels().
+        self._add_ok = self.add_total.labels("OK")
+        self._read_ok = self.read_total.labels("OK")
+        self._add_failed: dict[type, object] = {}
+        self._read_failed: dict[type, object] = {}
+        self._add_latency_observe = self.add_latency.observe
+        self._read_latency_observe = self.read_latency.observe
+        self.journal_sync_observe = self.journal_sync_latency.observe
+
+        Gauge("bookie_journal_queue_size", "Records queued for the journal thread",
+              registry=registry).set_function(self._journal_queue)
+        Gauge("bookie_write_cache_size_bytes", "Bytes held in the write caches",
+              registry=registry).set_function(self._write_cache_size)
+        Gauge("bookie_read_only", "1 when the bookie is read-only",
+              registry=registry).set_function(lambda: 1.0 if self.bookie.read_only else 0.0)
+        Gauge("bookie_connections", "Open client connections",
+              registry=registry).set_function(lambda: len(self.factory.connections) if self.factory else 0)
+        Gauge("bookie_pending_adds", "Adds accepted and not yet answered",
+              registry=registry).set_function(lambda: self.factory.pending_adds if self.factory else 0)
+        registry.register(_JournalCollector(bookie))
+
+    # --- scrape-time values -----------------------------------------------------------------------
+    def _journal_queue(self) -> float:
+        journal = self.bookie.journal
+        return journal.queue_length if journal is not None else 0
+
+    def _write_cache_size(self) -> float:
+        try:
+            return sum(d.write_cache_size for d in self.bookie.storage.directories)
+        except Exception:
+            return 0
+
+    # --- hot paths ---------------------------------------------------------------------------------
+    def add_failed(self, error: BaseException) -> None:
+        child = self._add_failed.get(type(error))
+        if child is None:
+            child = self._add_failed[type(error)] = self.add_total.labels(_status_name(error))
+        child.inc()
+
+    def read_failed(self, error: BaseException) -> None:
+        child = self._read_failed.get(type(error))
+        if child is None:
+            child = self._read_failed[type(error)] = self.read_total.labels(_status_name(error))
+        child.inc()
+
+    def timed_add(self, callback):
+        """Wrap an add's completion callback: count it by status, observe latency when it succeeded."""
+        t0 = perf_counter()
+        ok_inc = self._add_ok.inc
+        observe = self._add_latency_observe
+
+        def done(error):
+            if error is None:
+                observe(perf_counter() - t0)
+                ok_inc()
+            else:
+                self.add_failed(error)
+            callback(error)
+
+        return done
+
+    def read_ok(self, seconds: float) -> None:
+        self._read_latency_observe(seconds)
+        self._read_ok.inc()
