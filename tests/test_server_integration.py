@@ -282,3 +282,46 @@ def test_sigterm_with_adds_in_flight_acks_them_and_exits_zero(tmp_path):
                 assert r.rc == 0 and bytes(r.data).endswith(b"f%d" % e), e
     finally:
         assert b2.stop() == 0, b2.log()
+
+
+def test_sigterm_during_start_up_stops_cleanly_after_replay(tmp_path):
+    """A SIGTERM that lands while the bookie is replaying its journal is a clean stop, not a kill."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    b = BookieProcess(tmp_path).start()
+    with b.connect() as c:
+        c.send_raw(b"".join(encode_add_request(KEY, 41, e, e - 1, e + 1, b"s%d" % e, CRC) for e in range(2000)))
+        for _ in range(2000):
+            assert decode_response(c.recv_body()).rc == 0
+    b.kill()  # SIGKILL: the next start has a journal to replay
+    args = [sys.executable, "-m", "bkfast.cli.main", "bookie", "--no-metadata", "--port", "0",
+            "-D", f"journalDirectory={tmp_path / 'journal'}", "-D", f"ledgerDirectories={tmp_path / 'ledgers'}",
+            "-D", "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+            "-D", "listeningInterface=127.0.0.1"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        seen = []
+        for raw in proc.stderr:  # the start-up signal handler is installed before replay is logged
+            seen.append(raw.decode(errors="replace"))
+            if "replaying journal" in seen[-1]:
+                proc.send_signal(signal.SIGTERM)
+                break
+        else:
+            pytest.fail("bookie never logged its journal replay:\n" + "".join(seen)[-3000:])
+        rest = proc.stderr.read().decode(errors="replace")
+        assert proc.wait(60) == 0, "".join(seen)[-2000:] + rest[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    b2 = BookieProcess(tmp_path).start()
+    try:
+        with b2.connect() as c:
+            assert v2_read(c, 41, 1999).rc == 0
+    finally:
+        assert b2.stop() == 0, b2.log()

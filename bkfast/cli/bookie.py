@@ -145,6 +145,16 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
             raise
     else:
         log.warning("running without a metadata service (--no-metadata): no cookie check, not registered")
+    # A SIGTERM during journal replay must not kill the process half-way: note it, finish starting,
+    # then stop cleanly (the handlers below take over once the server is up).
+    early_signals: list[int] = []
+
+    def during_start(signum, frame):
+        early_signals.append(signum)
+        log.info("signal %d during start-up: the bookie stops as soon as it has started", signum)
+
+    signal.signal(signal.SIGTERM, during_start)
+    signal.signal(signal.SIGINT, during_start)
     node = Bookie(conf, dispatcher=make_dispatcher(reactor))
     node.start()
     node.read_only = _truthy(conf.get("forceReadOnlyBookie"))
@@ -193,6 +203,8 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
+    if early_signals:
+        shutdown(early_signals[0], None)
     # Only now say we are up: a supervisor may send SIGTERM the moment it reads this line.
     print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
     reactor.run(installSignalHandlers=False)
