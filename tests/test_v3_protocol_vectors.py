@@ -24,6 +24,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.internal import decoder as pb_decoder
 from google.protobuf.internal import encoder as pb_encoder
 
+from bkfast.net.v3_handler import encode_availability  # 4.16.7 groups runs, never periodic
 from bkfast.proto import BookkeeperProtocol_pb2 as bkp
 from bkfast.proto import DataFormats_pb2 as df
 from bkfast.proto import DbLedgerStorageDataFormats_pb2 as ldb
@@ -190,22 +191,6 @@ def decode_availability(blob: bytes) -> list[int]:
         for start in starts:
             entries.extend(range(start, start + size))
     return entries
-
-
-def encode_availability(entries: list[int]) -> bytes:
-    """What BookKeeper 4.16.7 writes: one group per maximal run of consecutive entry ids.
-
-    (4.16.7's grouping never merges runs into periodic groups: 20, 22, 24, 26 become four groups with
-    period 0, as the vectors show.)
-    """
-    runs: list[list[int]] = []
-    for entry in sorted(set(entries)):
-        if runs and entry == runs[-1][0] + runs[-1][1]:
-            runs[-1][1] += 1
-        else:
-            runs.append([entry, 1])
-    header = struct.pack(">ii", 0, len(runs)).ljust(64, b"\0")
-    return header + b"".join(struct.pack(">qqii", start, start, size, 0) for start, size in runs)
 
 
 def upstream_message_class(name: str):

@@ -35,7 +35,6 @@ from bkfast.errors import (
     BKError,
     BKIllegalOpException,
     BKLedgerFencedException,
-    BKNoSuchEntryException,
     BKNoSuchLedgerExistsException,
     BKTimeoutException,
     BKUnauthorizedAccessException,
@@ -51,8 +50,6 @@ CURRENT_DIR = "current"
 DB_LEDGER_STORAGE_NAMES = frozenset({
     "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage", "DbLedgerStorage", "db",
 })
-# Entry id a read uses to ask for the last entry the bookie stores for a ledger.
-LAST_ADD_CONFIRMED = -1
 SYNC_WAIT_SECONDS = 30.0
 
 
@@ -328,5 +325,3 @@ def _ignore(error: BaseException | None) -> None:
     if error is not None:
         log.error("journal record failed: %s", error)
 
-
-__all__ = ["Bookie", "LAST_ADD_CONFIRMED", "BKNoSuchEntryException"]

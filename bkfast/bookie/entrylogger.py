@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bkfast._entrylog import LOGFILE_HEADER_SIZE, BufferedChannel, parse_run
+from bkfast.bookie.logmark import fsync_dir
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import BKIllegalOpException, StorageCorruptionError
 
@@ -106,14 +107,6 @@ def _parse_log_id(name: str) -> int | None:
         return int(name[:-4], 16)
     except ValueError:
         return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class EntryLogger:
@@ -320,7 +313,7 @@ class EntryLogger:
                 self._unsynced.pop(0)
             while self._dirs_to_sync:
                 d = next(iter(self._dirs_to_sync))
-                _fsync_dir(d)
+                fsync_dir(d)
                 self._dirs_to_sync.discard(d)
 
     def roll(self) -> None:

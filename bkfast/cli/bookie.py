@@ -26,12 +26,6 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 10.0
 
 
-def _truthy(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 class MetadataSession:
     """The bookie's ZooKeeper side: cookies before start, registration after listening, cleanup on stop."""
 
@@ -157,12 +151,12 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
     signal.signal(signal.SIGINT, during_start)
     node = Bookie(conf, dispatcher=make_dispatcher(reactor))
     node.start()
-    node.read_only = _truthy(conf.get("forceReadOnlyBookie"))
+    node.read_only = conf.get("forceReadOnlyBookie")
     factory = BookieServerFactory(node, conf, reactor)
     port = reactor.listenTCP(conf.get("bookiePort"), factory, interface=host)
     bound = port.getHost()
     http_port = admin = None
-    if _truthy(conf.get("httpServerEnabled")):
+    if conf.get("httpServerEnabled"):
         from bkfast.http.server import start_http_server
 
         http_port, admin = start_http_server(reactor, conf, node, factory, meta)
