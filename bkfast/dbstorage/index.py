@@ -222,7 +222,26 @@ class LocationBatch:
             self.count += 1
 
 
-class LocationIndex:
+class ScopedStorePair:
+    """A Java-compatible store for scope 0 (`_plain`) and bkfast's store for scoped ids (`_scoped`,
+    opened on first use so a scope-0-only bookie keeps a directory identical to Java's)."""
+
+    _plain: RocksStore
+    _scoped: RocksStore | None
+
+    def sync(self) -> None:
+        self._plain.sync()
+        if self._scoped is not None:
+            self._scoped.sync()
+
+    def close(self) -> None:
+        self._plain.close()
+        if self._scoped is not None:
+            self._scoped.close()
+            self._scoped = None
+
+
+class LocationIndex(ScopedStorePair):
     """Entry locations of one index directory: `locations` and, once needed, `locations128`."""
 
     def __init__(self, current_dir: Path, block_cache_bytes: int):
@@ -288,14 +307,3 @@ class LocationIndex:
             return
         prefix = ledger_prefix(scope_id, ledger_id)
         store.delete_range(prefix, _next_prefix(prefix))
-
-    def sync(self) -> None:
-        self._plain.sync()
-        if self._scoped is not None:
-            self._scoped.sync()
-
-    def close(self) -> None:
-        self._plain.close()
-        if self._scoped is not None:
-            self._scoped.close()
-            self._scoped = None

@@ -20,7 +20,7 @@ import struct
 import threading
 from pathlib import Path
 
-from bkfast.dbstorage.index import RocksStore, qualified_key, split_key
+from bkfast.dbstorage.index import RocksStore, ScopedStorePair, qualified_key, split_key
 from bkfast.errors import BKNoSuchLedgerExistsException, BKUnauthorizedAccessException
 from bkfast.proto.DbLedgerStorageDataFormats_pb2 import LedgerData
 
@@ -39,7 +39,7 @@ def _all_zeros(key: bytes) -> bool:
     return not any(key)
 
 
-class LedgerMetadataIndex:
+class LedgerMetadataIndex(ScopedStorePair):
     """LedgerData of every ledger of one index directory, cached in memory, written through."""
 
     def __init__(self, current_dir: Path, block_cache_bytes: int = 4 << 20):
@@ -149,14 +149,3 @@ class LedgerMetadataIndex:
             else:
                 self._open_scoped().delete(_KEY128.pack(scope_id, ledger_id))
             return True
-
-    def sync(self) -> None:
-        self._plain.sync()
-        if self._scoped is not None:
-            self._scoped.sync()
-
-    def close(self) -> None:
-        self._plain.close()
-        if self._scoped is not None:
-            self._scoped.close()
-            self._scoped = None
