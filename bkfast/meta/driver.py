@@ -1,0 +1,129 @@
+"""The one metadata interface the client, the sandbox and the bookie's GC talk to (ARCHITECTURE.md).
+
+Two implementations: `bkfast.meta.zk_driver.ZkMetadataDriver` (kazoo; Java BookKeeper's layout) and
+`bkfast.meta.embedded.EmbeddedMetadataDriver` (one process, persisted with rocksdict). Every method
+that does I/O returns a Deferred that fires in the reactor thread; listeners are called in the reactor
+thread too. Errors are `bkfast.errors` client exceptions (BKNoSuchLedgerExistsException,
+BKLedgerExistException, BKMetadataVersionException, BKZKException / BKMetaStoreException for a store
+that cannot be reached within the operation's time bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from twisted.internet.defer import Deferred
+
+from bkfast.ids import LedgerId
+
+from .ledger_metadata import LedgerMetadata
+
+__all__ = ["BookieInfo", "Versioned", "MetadataDriver", "open_metadata_driver", "Cancel"]
+
+Cancel = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """Ledger metadata with the store's version of it (the znode version in ZooKeeper), for CAS."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+@dataclass(frozen=True)
+class BookieInfo:
+    """A registered bookie: its id, where to reach it, and its advertised properties."""
+
+    bookie_id: str
+    host: str
+    port: int
+    properties: dict[str, str] = field(default_factory=dict)
+    read_only: bool = False
+
+    @property
+    def supports_scope_ids(self) -> bool:
+        return self.properties.get("bkfast.scopeIds") == "1"
+
+
+class MetadataDriver:
+    """Abstract base; see the module docstring. `start()` before use, `close()` after."""
+
+    uri: str
+
+    def start(self) -> Deferred:
+        """Connect / open the store. Fires with self."""
+        raise NotImplementedError
+
+    def close(self) -> Deferred:
+        raise NotImplementedError
+
+    # --- ledgers ------------------------------------------------------------------------------------
+    def generate_ledger_id(self) -> Deferred:
+        """A new scope-0 ledger id (int), unique in this cluster."""
+        raise NotImplementedError
+
+    def create_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata) -> Deferred:
+        """Store new metadata; fires with Versioned. BKLedgerExistException if the ledger exists
+        (a retried create whose cToken is ours counts as success)."""
+        raise NotImplementedError
+
+    def read_ledger_metadata(self, ledger: LedgerId) -> Deferred:
+        """Fires with Versioned; BKNoSuchLedgerExistsException if absent."""
+        raise NotImplementedError
+
+    def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata, expected_version: int) -> Deferred:
+        """CAS update; fires with the new Versioned. BKMetadataVersionException when the stored
+        version differs, BKNoSuchLedgerExistsException when the ledger is gone."""
+        raise NotImplementedError
+
+    def remove_ledger_metadata(self, ledger: LedgerId, expected_version: int = -1) -> Deferred:
+        """Delete (version -1 = any). BKNoSuchLedgerExistsException if absent."""
+        raise NotImplementedError
+
+    def list_ledgers(self, scope_id: int = 0) -> Deferred:
+        """Sorted list of the ledger ids (ints) of one scope."""
+        raise NotImplementedError
+
+    def ledgers_exist(self, ledgers: Iterable[LedgerId]) -> Deferred:
+        """The subset (a set of LedgerId) that has metadata. Fails (never guesses) if the store
+        cannot answer, so a caller such as GC never deletes a ledger on a failed read."""
+        raise NotImplementedError
+
+    def watch_ledger_metadata(self, ledger: LedgerId, listener: Callable[[Versioned | None], None]) -> Cancel:
+        """Call listener with each new Versioned (None once deleted) until the returned cancel is called."""
+        raise NotImplementedError
+
+    # --- bookies ------------------------------------------------------------------------------------
+    def get_bookies(self, read_only: bool = False) -> Deferred:
+        """dict bookie_id -> BookieInfo of the writable (or read-only) bookies."""
+        raise NotImplementedError
+
+    def watch_bookies(self, listener: Callable[[dict, dict], None]) -> Cancel:
+        """listener(writable, read_only) now and on every change, until cancelled."""
+        raise NotImplementedError
+
+    def register_bookie(self, bookie_id: str, service_info: bytes, read_only: bool = False) -> Deferred:
+        """Register (ephemeral in ZooKeeper: lives as long as this driver's session)."""
+        raise NotImplementedError
+
+    def unregister_bookie(self, bookie_id: str) -> Deferred:
+        raise NotImplementedError
+
+
+def open_metadata_driver(uri: str, **options) -> MetadataDriver:
+    """A driver for ``zk://``, ``zk+<layout>://`` or ``embedded:///path``; call ``start()`` on it."""
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme == "embedded":
+        from .embedded import EmbeddedMetadataDriver
+
+        return EmbeddedMetadataDriver(uri, **options)
+    if scheme == "zk" or scheme.startswith("zk+"):
+        from .zk_driver import ZkMetadataDriver
+
+        return ZkMetadataDriver(uri, **options)
+    from .zk_layout import MetadataError
+
+    raise MetadataError(f"unsupported metadata service URI {uri!r}: expected zk+hierarchical://host:port/ledgers, "
+                        "zk://..., zk+flat://..., zk+longhierarchical://... or embedded:///path")

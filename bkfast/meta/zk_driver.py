@@ -1,0 +1,619 @@
+"""MetadataDriver over ZooKeeper (kazoo), byte-compatible with Java BookKeeper's tree (spec §5.1-§5.4).
+
+Owns: ledger metadata CRUD with znode versions (CAS), ledger id generation (idgen / idgen-long HOB
+scheme, §5.2), ledger listing, metadata watches, bookie discovery and registration. Blocking kazoo calls
+run on this driver's own thread pool, never in the reactor; every result and every listener is delivered
+in the reactor thread. Each ZooKeeper operation is retried with backoff (KazooRetry) across connection
+loss and session expiry and fails with BKZKException once `operation_timeout_s` has passed. Watches
+(kazoo DataWatch / ChildrenWatch) re-arm themselves after a session expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry, RetryFailedError
+from twisted.internet import defer, reactor, threads
+from twisted.python.threadpool import ThreadPool
+
+from bkfast.errors import (
+    BKError,
+    BKLedgerExistException,
+    BKLedgerIdOverflowException,
+    BKMetadataVersionException,
+    BKNoSuchLedgerExistsException,
+    BKZKException,
+)
+from bkfast.ids import LedgerId
+from bkfast.proto import BookieServiceInfoFormat
+
+from . import ledger_paths as lp
+from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
+from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
+from .registration import BookieRegistration, split_bookie_id
+from .zk_layout import (
+    AVAILABLE,
+    IDGEN,
+    LAYOUT,
+    READONLY,
+    MetadataError,
+    parse_layout,
+    parse_metadata_service_uri,
+    zk_path,
+)
+
+__all__ = ["ZkMetadataDriver", "bookie_info_from_data", "new_ctoken", "IDGEN_LONG"]
+
+log = logging.getLogger(__name__)
+
+IDGEN_LONG = "idgen-long"
+_HOB = re.compile(r"HOB-(\d+)")
+_RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError, RetryFailedError,
+              ConnectionClosedError)
+
+
+def new_ctoken() -> int:
+    """A random, non-zero signed 64-bit creator token (Java: a random long)."""
+    while True:
+        token = random.getrandbits(64) - 2**63
+        if token:
+            return token
+
+
+def bookie_info_from_data(bookie_id: str, data: bytes, read_only: bool) -> BookieInfo | None:
+    """BookieInfo from a registration znode's data (BookieServiceInfoFormat; empty = legacy: host:port from
+    the id). None (and a warning) when neither the data nor the id says where the bookie is."""
+    props: dict[str, str] = {}
+    host = port = None
+    if data:
+        try:
+            info = BookieServiceInfoFormat.FromString(bytes(data))
+        except Exception as e:                        # protobuf DecodeError; treat as legacy
+            log.warning("bookie %s: registration data does not parse (%r); using the bookie id", bookie_id, e)
+        else:
+            props = dict(info.properties)
+            endpoints = list(info.endpoints)
+            ep = next((e for e in endpoints if e.protocol == "bookie-rpc"), endpoints[0] if endpoints else None)
+            if ep is not None and ep.host:
+                host, port = ep.host, ep.port
+    if host is None:
+        try:
+            host, port = split_bookie_id(bookie_id)
+        except MetadataError:
+            log.warning("bookie %s: no endpoint in its registration and the id is not host:port; ignored",
+                        bookie_id)
+            return None
+    return BookieInfo(bookie_id, host, int(port), props, read_only)
+
+
+class ZkMetadataDriver(MetadataDriver):
+    """``zk+<layout>://host:port[,host:port]/ledgers`` (``;`` also separates hosts). The cluster's LAYOUT
+    znode decides the layout; the URI's layout is only a hint. Pass `client` to share a started
+    KazooClient (it is then not stopped by close())."""
+
+    def __init__(self, uri: str, zk_timeout_s: float | None = None, operation_timeout_s: float | None = None,
+                 client: KazooClient | None = None, conf=None, max_threads: int = 8):
+        self.uri = uri
+        self.hosts, self.root, self.uri_layout = parse_metadata_service_uri(uri)
+        if zk_timeout_s is None:
+            zk_ms = conf.get("zkTimeout") if conf is not None else None
+            zk_timeout_s = zk_ms / 1000.0 if zk_ms else 10.0
+        self.zk_timeout_s = float(zk_timeout_s)
+        self.operation_timeout_s = float(operation_timeout_s if operation_timeout_s is not None else zk_timeout_s)
+        self.layout = self.uri_layout
+        self.short_id_limit = lp.SHORT_ID_LIMIT      # Java's Integer.MAX_VALUE; lowered only by tests
+        self.zk = client
+        self._own_client = client is None
+        self._pool = ThreadPool(minthreads=1, maxthreads=max_threads, name=f"bk-zk-meta-{self.root}")
+        self._idgen_lock = threading.Lock()
+        self._local = threading.local()
+        self._long_ids: bool | None = None           # idgen-long present? (None = not checked yet)
+        self._hobs: list[str] | None = None          # cached children of idgen-long
+        self._registrations: dict[str, BookieRegistration] = {}
+        self._watch_flags: list[dict] = []
+        self._started = False
+        self._closed = False
+
+    # --- plumbing ---------------------------------------------------------------------------------
+    def _in_pool(self, fn, *args) -> defer.Deferred:
+        if not self._started or self._closed:
+            state = "closed" if self._closed else "not started"
+            return defer.fail(BKZKException(f"metadata driver {self.uri} is {state}"))
+        return threads.deferToThreadPool(reactor, self._pool, self._bounded, fn, *args)
+
+    def _bounded(self, fn, *args):
+        """Run one driver operation in a pool thread; all its ZooKeeper calls share one deadline."""
+        self._local.deadline = time.monotonic() + self.operation_timeout_s
+        try:
+            return fn(*args)
+        finally:
+            self._local.deadline = None
+
+    def _deadline(self) -> float:
+        return getattr(self._local, "deadline", None) or time.monotonic() + self.operation_timeout_s
+
+    def _call(self, what: str, method: Callable, *args, **kwargs):
+        """Run one kazoo *_async call with retry across connection loss / expiry, bounded in time."""
+        deadline = self._deadline()
+
+        def attempt():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KazooTimeoutError(f"no time left for {what}")
+            return method(*args, **kwargs).get(timeout=remaining)
+
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.05, max_delay=1.0,
+                           deadline=max(deadline - time.monotonic(), 0.001), ignore_expire=True)
+        try:
+            return retry(attempt)
+        except _RETRYABLE as e:
+            raise BKZKException(f"{what}: ZooKeeper {self.hosts} did not complete it within "
+                                f"{self.operation_timeout_s:g} s ({type(e).__name__}: {e})") from None
+
+    def _call_many(self, what: str, method: Callable, paths: list[str], missing=None) -> dict:
+        """Pipelined `method(path)` for every path; NoNode -> `missing`. Retries one by one on trouble."""
+        deadline = self._deadline()
+        pending = [(p, method(p)) for p in paths]
+        out = {}
+        for path, ar in pending:
+            try:
+                out[path] = ar.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except NoNodeError:
+                out[path] = missing
+            except _RETRYABLE:
+                try:
+                    out[path] = self._call(f"{what} {path}", method, path)
+                except NoNodeError:
+                    out[path] = missing
+        return out
+
+    def _path(self, ledger: LedgerId) -> str:
+        return lp.ledger_path(self.root, ledger, self.layout)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> defer.Deferred:
+        if self._started:
+            return defer.succeed(self)
+        self._pool.start()
+        self._started = True
+        d = self._in_pool(self._start_blocking)
+        d.addCallback(lambda _: self)
+        return d
+
+    def _start_blocking(self) -> None:
+        if self.zk is None:
+            self.zk = KazooClient(hosts=self.hosts, timeout=self.zk_timeout_s,
+                                  connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
+            try:
+                self.zk.start(timeout=self.operation_timeout_s)
+            except KazooTimeoutError:
+                self.zk.close()
+                raise BKZKException(f"could not connect to ZooKeeper {self.hosts} within "
+                                    f"{self.operation_timeout_s:g} s") from None
+        layout_path = zk_path(self.root, LAYOUT)
+        try:
+            data, _ = self._call(f"read {layout_path}", self.zk.get_async, layout_path)
+        except NoNodeError:
+            raise MetadataError(f"no LAYOUT at {layout_path}: cluster not initialized (run `bkfast shell "
+                                f"initnewcluster`) [metadata service {self.uri}]") from None
+        layout = parse_layout(data)
+        if layout.name not in lp.LAYOUTS:
+            raise MetadataError(f"cluster {self.root} uses ledger layout {layout.name!r}, "
+                                "which bkfast does not support")
+        if layout.name != self.uri_layout:
+            log.warning("metadata service %s names layout %s but the cluster's LAYOUT says %s; using %s",
+                        self.uri, self.uri_layout, layout.name, layout.name)
+        self.layout = layout.name
+        log.info("metadata driver connected to %s (root %s, layout %s)", self.hosts, self.root, self.layout)
+
+    def close(self) -> defer.Deferred:
+        if self._closed or not self._started:
+            self._closed = True
+            return defer.succeed(None)
+        for flags in self._watch_flags:
+            flags["cancelled"] = True
+        d = threads.deferToThreadPool(reactor, self._pool, self._close_blocking)
+        self._closed = True
+
+        def stop_pool(result):
+            # ThreadPool.stop() joins the workers: never in the reactor thread.
+            threading.Thread(target=self._pool.stop, name="bk-zk-meta-stop", daemon=True).start()
+            return result
+        d.addBoth(stop_pool)
+        return d
+
+    def _close_blocking(self) -> None:
+        for reg in list(self._registrations.values()):
+            try:
+                reg.unregister()
+            except Exception as e:
+                log.warning("unregistering bookie %s on close failed: %r", reg.bookie_id, e)
+        self._registrations.clear()
+        if self._own_client and self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
+
+    # --- ledger ids ---------------------------------------------------------------------------------
+    def generate_ledger_id(self) -> defer.Deferred:
+        return self._in_pool(self._generate_blocking)
+
+    def _generate_blocking(self) -> int:
+        with self._idgen_lock:
+            if self.layout == "flat":
+                lid = self._sequence_id(zk_path(self.root, IDGEN, "ID-"))
+                if lid is None:
+                    raise BKLedgerIdOverflowException(f"ledger ids under {zk_path(self.root, IDGEN)} reached "
+                                                      f"{self.short_id_limit} and the flat layout has no long ids")
+                return lid
+            long_path = zk_path(self.root, IDGEN_LONG)
+            if self._long_ids is None:
+                self._long_ids = self._call(f"exists {long_path}", self.zk.exists_async, long_path) is not None
+            if not self._long_ids:
+                lid = self._sequence_id(zk_path(self.root, IDGEN, "ID-"))
+                if lid is not None:
+                    return lid
+                log.info("short ledger ids overflowed at %d; switching to %s", self.short_id_limit, long_path)
+                try:
+                    self._call(f"create {long_path}", self.zk.create_async, long_path, b"", makepath=True)
+                except NodeExistsError:
+                    pass
+                self._long_ids = True
+            return self._long_id(long_path)
+
+    def _sequence_id(self, prefix: str) -> int | None:
+        """ZkLedgerIdGenerator: an ephemeral-sequential node, deleted right away; None on overflow."""
+        created = self._call(f"create {prefix}", self.zk.create_async, prefix, b"",
+                             ephemeral=True, sequence=True, makepath=True)
+        self.zk.delete_async(created).rawlink(_log_failed_delete(created))
+        try:
+            seq = int(created[len(prefix):])
+        except ValueError:
+            raise BKZKException(f"id generator node {created} has no sequence number") from None
+        return seq if 0 <= seq < self.short_id_limit else None
+
+    def _long_id(self, gen_path: str) -> int:
+        """LongZkLedgerIdGenerator: id = (high << 32) | low, low from ``HOB-<high>/ID-`` sequences."""
+        for _ in range(64):
+            refreshed = False
+            if self._hobs is None:
+                self._hobs = self._call(f"children {gen_path}", self.zk.get_children_async, gen_path)
+                refreshed = True
+            highs = sorted(int(m.group(1)) for m in map(_HOB.fullmatch, self._hobs) if m)
+            if not highs:
+                self._hobs = None
+                if refreshed:
+                    self._create_hob(gen_path, 1)
+                continue
+            high = highs[-1]
+            low = self._sequence_id(f"{gen_path}/HOB-{high:010d}/ID-")
+            if len(highs) > 3:                          # keep the 3 newest HOB directories
+                self._hobs = None
+                for old in highs[:-3]:
+                    self.zk.delete_async(f"{gen_path}/HOB-{old:010d}", version=0).rawlink(
+                        _log_failed_delete(f"{gen_path}/HOB-{old:010d}", logging.DEBUG))
+            if low is None:
+                if high + 1 >= 2**31:
+                    raise BKLedgerIdOverflowException(f"ledger id space exhausted under {gen_path}")
+                self._create_hob(gen_path, high + 1)
+                continue
+            return (high << 32) | low
+        raise BKZKException(f"could not generate a long ledger id under {gen_path}")
+
+    def _create_hob(self, gen_path: str, high: int) -> None:
+        path = f"{gen_path}/HOB-{high:010d}"
+        log.info("ledger id generator: new high-order directory %s", path)
+        try:
+            self._call(f"create {path}", self.zk.create_async, path, b"", makepath=True)
+        except NodeExistsError:
+            pass
+        self._hobs = None
+
+    # --- ledger metadata ----------------------------------------------------------------------------
+    def create_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata) -> defer.Deferred:
+        if metadata.metadata_format_version > 2 and not metadata.c_token:
+            metadata = metadata.replace(c_token=new_ctoken())
+        try:
+            data = serialize_metadata(metadata, metadata.metadata_format_version)
+        except BKError as e:
+            return defer.fail(e)
+        return self._in_pool(self._create_blocking, ledger, metadata, data)
+
+    def _create_blocking(self, ledger: LedgerId, metadata: LedgerMetadata, data: bytes) -> Versioned:
+        path = self._path(ledger)
+        try:
+            self._call(f"create ledger {ledger}", self.zk.create_async, path, data, makepath=True)
+        except NodeExistsError:
+            try:
+                existing = self._read_blocking(ledger)
+            except BKNoSuchLedgerExistsException:
+                existing = None
+            if (existing is not None and metadata.metadata_format_version > 2
+                    and existing.metadata.c_token == metadata.c_token):
+                log.info("ledger %s: create found our own metadata at %s (cToken match): created", ledger, path)
+                return existing
+            raise BKLedgerExistException(f"ledger {ledger}: metadata already exists at {path}") from None
+        log.info("ledger %s: created metadata at %s", ledger, path)
+        return Versioned(metadata, 0)
+
+    def read_ledger_metadata(self, ledger: LedgerId) -> defer.Deferred:
+        return self._in_pool(self._read_blocking, ledger)
+
+    def _read_blocking(self, ledger: LedgerId) -> Versioned:
+        path = self._path(ledger)
+        try:
+            data, stat = self._call(f"read ledger {ledger}", self.zk.get_async, path)
+        except NoNodeError:
+            raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
+        return Versioned(_parse(ledger, path, data), stat.version)
+
+    def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata,
+                              expected_version: int) -> defer.Deferred:
+        try:
+            data = serialize_metadata(metadata, metadata.metadata_format_version)
+        except BKError as e:
+            return defer.fail(e)
+        return self._in_pool(self._write_blocking, ledger, metadata, data, expected_version)
+
+    def _write_blocking(self, ledger, metadata, data, expected_version) -> Versioned:
+        path = self._path(ledger)
+        try:
+            stat = self._call(f"write ledger {ledger}", self.zk.set_async, path, data, version=expected_version)
+        except NoNodeError:
+            raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
+        except BadVersionError:
+            raise BKMetadataVersionException(
+                f"ledger {ledger}: metadata at {path} is no longer at version {expected_version}") from None
+        log.info("ledger %s: metadata version %d -> %d (%s)", ledger, expected_version, stat.version,
+                 metadata.state.name)
+        return Versioned(metadata, stat.version)
+
+    def remove_ledger_metadata(self, ledger: LedgerId, expected_version: int = -1) -> defer.Deferred:
+        return self._in_pool(self._remove_blocking, ledger, expected_version)
+
+    def _remove_blocking(self, ledger: LedgerId, expected_version: int) -> None:
+        path = self._path(ledger)
+        try:
+            self._call(f"remove ledger {ledger}", self.zk.delete_async, path, version=expected_version)
+        except NoNodeError:
+            raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
+        except BadVersionError:
+            raise BKMetadataVersionException(
+                f"ledger {ledger}: metadata at {path} is no longer at version {expected_version}") from None
+        log.info("ledger %s: removed metadata at %s", ledger, path)
+
+    # --- listing ------------------------------------------------------------------------------------
+    def list_ledgers(self, scope_id: int = 0) -> defer.Deferred:
+        return self._in_pool(self._list_blocking, scope_id)
+
+    def _children(self, paths: list[str]) -> dict[str, list[str]]:
+        return self._call_many("list", self.zk.get_children_async, paths, missing=[])
+
+    def _list_blocking(self, scope_id: int) -> list[int]:
+        if scope_id:
+            base = lp.scope_root(self.root, scope_id)
+            tops = [c for c in self._children([base])[base] if lp.is_long_top(c)]
+            return sorted(self._walk_long(base, tops))
+        top_names = [c for c in self._children([self.root])[self.root] if not lp.is_reserved(c)]
+        if self.layout == "flat":
+            return sorted(i for i in map(lp.id_from_flat, top_names) if i is not None)
+        ids = self._walk_short(self.root, [c for c in top_names if lp.is_short_top(c)])
+        ids += self._walk_long(self.root, [c for c in top_names if lp.is_long_top(c)])
+        return sorted(ids)
+
+    def _walk(self, base: str, tops: list[str], depth: int) -> list[list[str]]:
+        """Component lists of every leaf `depth` directory levels below the `tops`."""
+        level = [[t] for t in tops]
+        for _ in range(depth - 1):
+            paths = {"/".join([base, *comps]): comps for comps in level}
+            kids = self._children(list(paths))
+            level = [[*comps, c] for p, comps in paths.items() for c in kids[p] if lp.is_middle(c)]
+        paths = {"/".join([base, *comps]): comps for comps in level}
+        kids = self._children(list(paths))
+        return [[*comps, c] for p, comps in paths.items() for c in kids[p]]
+
+    def _walk_short(self, base: str, tops: list[str]) -> list[int]:
+        ids = (lp.id_from_short(*comps) for comps in self._walk(base, tops, 2))
+        return [i for i in ids if i is not None]
+
+    def _walk_long(self, base: str, tops: list[str]) -> list[int]:
+        ids = (lp.id_from_long(*comps) for comps in self._walk(base, tops, 4))
+        return [i for i in ids if i is not None]
+
+    def ledgers_exist(self, ledgers: Iterable[LedgerId]) -> defer.Deferred:
+        return self._in_pool(self._exist_blocking, list(ledgers))
+
+    def _exist_blocking(self, ledgers: list[LedgerId]) -> set[LedgerId]:
+        by_path = {self._path(ledger): ledger for ledger in ledgers}
+        stats = self._call_many("exists", self.zk.exists_async, list(by_path))
+        return {by_path[p] for p, stat in stats.items() if stat is not None}
+
+    # --- watches ------------------------------------------------------------------------------------
+    def watch_ledger_metadata(self, ledger: LedgerId, listener: Callable[[Versioned | None], None]) -> Cancel:
+        path = self._path(ledger)
+        flags = {"cancelled": False, "version": None}
+        self._watch_flags.append(flags)
+
+        def deliver(value):
+            if flags["cancelled"]:
+                return
+            if value is None:
+                flags["cancelled"] = True
+            listener(value)
+
+        def on_data(data, stat, event):            # kazoo's thread
+            if flags["cancelled"]:
+                return False
+            if stat is None:
+                log.info("ledger %s: metadata at %s deleted (watch ends)", ledger, path)
+                reactor.callFromThread(deliver, None)
+                return False
+            if stat.version == flags["version"]:
+                return None
+            try:
+                value = Versioned(_parse(ledger, path, data), stat.version)
+            except LedgerMetadataFormatError as e:
+                log.warning("ledger %s: watched metadata does not parse: %s", ledger, e)
+                return None
+            flags["version"] = stat.version
+            reactor.callFromThread(deliver, value)
+            return None
+
+        def cancel():
+            flags["cancelled"] = True
+            if flags in self._watch_flags:
+                self._watch_flags.remove(flags)
+
+        if not self._started or self._closed:
+            raise BKZKException(f"metadata driver {self.uri} is not started")
+        _start_watch(DataWatch, self.zk, path, on_data)
+        return cancel
+
+    # --- bookies ------------------------------------------------------------------------------------
+    def _bookies_path(self, read_only: bool) -> str:
+        return zk_path(self.root, AVAILABLE, READONLY) if read_only else zk_path(self.root, AVAILABLE)
+
+    def get_bookies(self, read_only: bool = False) -> defer.Deferred:
+        return self._in_pool(self._bookies_blocking, read_only)
+
+    def _bookies_blocking(self, read_only: bool) -> dict[str, BookieInfo]:
+        base = self._bookies_path(read_only)
+        try:
+            names = self._call(f"list bookies {base}", self.zk.get_children_async, base)
+        except NoNodeError:
+            raise MetadataError(f"{base} does not exist: cluster not initialized "
+                                "(run `bkfast shell initnewcluster`)") from None
+        names = [n for n in names if read_only or n != READONLY]
+        datas = self._call_many("read bookie", self.zk.get_async, [f"{base}/{n}" for n in names])
+        out = {}
+        for name in names:
+            got = datas[f"{base}/{name}"]
+            if got is None:
+                continue                                   # unregistered meanwhile
+            info = bookie_info_from_data(name, got[0], read_only)
+            if info is not None:
+                out[name] = info
+        return out
+
+    def watch_bookies(self, listener: Callable[[dict, dict], None]) -> Cancel:
+        if not self._started or self._closed:
+            raise BKZKException(f"metadata driver {self.uri} is not started")
+        flags = {"cancelled": False, "running": False, "dirty": False, "last": None}
+        self._watch_flags.append(flags)
+
+        def refresh():                                     # reactor thread
+            if flags["cancelled"] or self._closed:
+                return
+            if flags["running"]:
+                flags["dirty"] = True
+                return
+            flags["running"], flags["dirty"] = True, False
+            d = threads.deferToThreadPool(reactor, self._pool,
+                                          lambda: (self._bookies_blocking(False), self._bookies_blocking(True)))
+
+            def done(result):
+                flags["running"] = False
+                if not flags["cancelled"] and result != flags["last"]:
+                    flags["last"] = result
+                    log.info("bookies changed: writable %s, read-only %s", sorted(result[0]), sorted(result[1]))
+                    listener(*result)
+                if flags["dirty"]:
+                    refresh()
+
+            def failed(f):
+                flags["running"] = False
+                log.warning("reading the registered bookies failed: %s; retrying", f.getErrorMessage())
+                if not flags["cancelled"] and not self._closed:
+                    reactor.callLater(0.5, refresh)
+            d.addCallbacks(done, failed)
+
+        def on_children(children):                         # kazoo's thread
+            if flags["cancelled"]:
+                return False
+            reactor.callFromThread(refresh)
+            return None
+
+        def cancel():
+            flags["cancelled"] = True
+            if flags in self._watch_flags:
+                self._watch_flags.remove(flags)
+
+        for read_only in (False, True):
+            _start_watch(ChildrenWatch, self.zk, self._bookies_path(read_only), on_children)
+        return cancel
+
+    def register_bookie(self, bookie_id: str, service_info: bytes, read_only: bool = False) -> defer.Deferred:
+        return self._in_pool(self._register_blocking, bookie_id, bytes(service_info), read_only)
+
+    def _register_blocking(self, bookie_id: str, service_info: bytes, read_only: bool) -> None:
+        # BookieRegistration makes blocking kazoo calls: first make sure ZooKeeper answers (bounded).
+        self._call(f"register bookie {bookie_id}", self.zk.exists_async, zk_path(self.root, AVAILABLE))
+        reg = self._registrations.get(bookie_id)
+        if reg is not None and reg.service_info == service_info:
+            reg.set_read_only(read_only)
+        else:
+            if reg is not None:
+                reg.unregister()
+            reg = BookieRegistration(self.zk, self.root, bookie_id, service_info)
+            reg.register(read_only)
+            self._registrations[bookie_id] = reg
+        log.info("bookie %s registered at %s", bookie_id, reg.path)
+
+    def unregister_bookie(self, bookie_id: str) -> defer.Deferred:
+        return self._in_pool(self._unregister_blocking, bookie_id)
+
+    def _unregister_blocking(self, bookie_id: str) -> None:
+        reg = self._registrations.pop(bookie_id, None)
+        if reg is None:
+            log.info("bookie %s: unregister requested but this driver did not register it", bookie_id)
+            return
+        reg.unregister()
+        log.info("bookie %s unregistered", bookie_id)
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+def _parse(ledger: LedgerId, path: str, data: bytes) -> LedgerMetadata:
+    try:
+        return parse_metadata(data)
+    except LedgerMetadataFormatError as e:
+        raise LedgerMetadataFormatError(f"ledger {ledger}: metadata at {path} is corrupt: {e}") from None
+
+
+def _start_watch(kind, zk, path, func) -> None:
+    """Create a kazoo DataWatch/ChildrenWatch on a daemon thread: its first read blocks (and retries
+    without bound while ZooKeeper is away), so neither the reactor nor the driver's pool may run it."""
+    def run():
+        try:
+            kind(zk, path, func)
+        except KazooException as e:
+            log.warning("could not set a watch on %s: %r", path, e)
+    threading.Thread(target=run, name=f"bk-zk-watch-{path}", daemon=True).start()
+
+
+def _log_failed_delete(path: str, level: int = logging.WARNING):
+    def done(ar):
+        try:
+            ar.get_nowait()
+        except NoNodeError:
+            pass
+        except Exception as e:
+            log.log(level, "deleting %s failed: %r", path, e)
+    return done
