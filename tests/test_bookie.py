@@ -1,5 +1,10 @@
-"""The Bookie's rules on real files: keys, fences, LAC, reads, durability order, checkpoint, replay."""
+"""The Bookie's rules on real files: keys, fences, LAC, reads, durability order, checkpoint, replay.
 
+Every test runs against each ledger storage: DbLedgerStorage (RocksDB index) and the file-based index
+storage, with its sorted memtable (SortedLedgerStorage) and without (InterleavedLedgerStorage).
+"""
+
+import shutil
 import threading
 
 import pytest
@@ -8,6 +13,7 @@ from bkfast.bookie import logmark
 from bkfast.bookie.bookie import Bookie
 from bkfast.codec import DigestType, decode_lac, encode_entry, encode_lac, master_key
 from bkfast.conf import ServerConfiguration
+from bkfast.dbstorage.storage import DbLedgerStorage
 from bkfast.errors import (
     BKLedgerFencedException,
     BKNoSuchEntryException,
@@ -15,20 +21,39 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     ConfigurationError,
 )
+from bkfast.indexstorage import IndexedLedgerStorage
 
 KEY = master_key(b"pw")
 OTHER_KEY = master_key(b"other")
 
 
-def make_conf(tmp_path, **overrides):
-    return ServerConfiguration({
-        "journalDirectories": [str(tmp_path / "journal")],
-        "ledgerDirectories": [str(tmp_path / "ledgers")],
-        "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
-        "dbStorage_writeCacheMaxSizeMb": 16,
-        "dbStorage_readAheadCacheMaxSizeMb": 16,
-        **overrides,
-    })
+STORAGE_CLASSES = {
+    "db": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+    "sorted": "org.apache.bookkeeper.bookie.SortedLedgerStorage",
+    "interleaved": "org.apache.bookkeeper.bookie.InterleavedLedgerStorage",
+}
+
+
+@pytest.fixture(params=sorted(STORAGE_CLASSES), autouse=True)
+def storage_class(request):
+    return STORAGE_CLASSES[request.param]
+
+
+@pytest.fixture
+def make_conf(storage_class):
+    def make(tmp_path, **overrides):
+        return ServerConfiguration({
+            "journalDirectories": [str(tmp_path / "journal")],
+            "ledgerDirectories": [str(tmp_path / "ledgers")],
+            "ledgerStorageClass": storage_class,
+            "dbStorage_writeCacheMaxSizeMb": 16,
+            "dbStorage_readAheadCacheMaxSizeMb": 16,
+            # Small index pages and pool for the file-based index, so page eviction is exercised.
+            "pageSize": 256,
+            "pageLimit": 8,
+            **overrides,
+        })
+    return make
 
 
 def entry(ledger, entry_id, payload=b"payload", scope_id=0):
@@ -37,7 +62,7 @@ def entry(ledger, entry_id, payload=b"payload", scope_id=0):
 
 
 @pytest.fixture
-def bookie(tmp_path):
+def bookie(tmp_path, make_conf):
     b = Bookie(make_conf(tmp_path))
     b.start()
     yield b
@@ -105,7 +130,7 @@ def test_scoped_ledgers_are_kept_apart_from_scope_zero(bookie):
     assert bookie.is_fenced(5, 77) and not bookie.is_fenced(5)
 
 
-def test_acknowledgements_of_one_batch_arrive_in_one_dispatch(tmp_path):
+def test_acknowledgements_of_one_batch_arrive_in_one_dispatch(tmp_path, make_conf):
     batches = []
 
     def dispatcher(run, batch):
@@ -125,7 +150,7 @@ def test_acknowledgements_of_one_batch_arrive_in_one_dispatch(tmp_path):
         b.stop()
 
 
-def test_entries_survive_a_clean_restart_and_a_restart_without_checkpoint(tmp_path):
+def test_entries_survive_a_clean_restart_and_a_restart_without_checkpoint(tmp_path, make_conf):
     conf = make_conf(tmp_path)
     b = Bookie(conf)
     b.start()
@@ -140,7 +165,7 @@ def test_entries_survive_a_clean_restart_and_a_restart_without_checkpoint(tmp_pa
     b.stop()
 
 
-def test_checkpoint_writes_last_mark_in_every_ledger_dir(tmp_path):
+def test_checkpoint_writes_last_mark_in_every_ledger_dir(tmp_path, make_conf):
     conf = make_conf(tmp_path, ledgerDirectories=[str(tmp_path / "l1"), str(tmp_path / "l2")])
     b = Bookie(conf)
     b.start()
@@ -156,9 +181,21 @@ def test_checkpoint_writes_last_mark_in_every_ledger_dir(tmp_path):
         b.stop()
 
 
-def test_a_storage_class_bkfast_cannot_serve_yet_is_refused_with_the_key_named(tmp_path):
-    with pytest.raises(ConfigurationError, match="ledgerStorageClass.*SortedLedgerStorage"):
-        Bookie(make_conf(tmp_path, ledgerStorageClass="org.apache.bookkeeper.bookie.SortedLedgerStorage"))
+def test_an_unknown_storage_class_is_refused_with_the_key_named(tmp_path, make_conf):
+    with pytest.raises(ConfigurationError, match="ledgerStorageClass.*org.example.FancyLedgerStorage"):
+        Bookie(make_conf(tmp_path, ledgerStorageClass="org.example.FancyLedgerStorage"))
+
+
+def test_the_storage_class_selects_the_storage_implementation(tmp_path, make_conf, storage_class):
+    b = Bookie(make_conf(tmp_path))
+    try:
+        expected = DbLedgerStorage if storage_class.endswith("DbLedgerStorage") else IndexedLedgerStorage
+        assert type(b.storage) is expected
+        if expected is IndexedLedgerStorage:
+            assert (b.storage.write_cache_size == 0) and (
+                (b.storage._memtable is not None) == storage_class.endswith("SortedLedgerStorage"))
+    finally:
+        b.storage.close()
 
 
 def test_deleted_ledger_is_gone_for_reads_and_listing(bookie):
@@ -172,3 +209,30 @@ def test_deleted_ledger_is_gone_for_reads_and_listing(bookie):
         bookie.read_entry(11, 0)
     with pytest.raises(BKNoSuchLedgerExistsException):
         bookie.entries_of_ledger(11)
+
+
+def test_unflushed_adds_and_fences_are_recovered_by_journal_replay(tmp_path, make_conf):
+    """A bookie that dies with no checkpoint after its adds (storage never flushed) loses nothing."""
+    conf = make_conf(tmp_path / "live", flushInterval=3_600_000)
+    b = Bookie(conf)
+    b.start()
+    for i in range(300):
+        b.add_entry_sync(entry(12, i, bytes([i % 251]) * (i % 37 + 1)), KEY)
+    b.fence_sync(12, KEY)
+    # A process crash: the files as they are now (page cache included), storage never flushed.
+    b._stop_checkpointing.set()
+    b._checkpoint_thread.join()
+    shutil.copytree(tmp_path / "live", tmp_path / "crashed")
+    b.journal.stop()
+    b.storage.close()
+    conf = make_conf(tmp_path / "crashed", flushInterval=3_600_000)
+    b = Bookie(conf)
+    b.start()
+    try:
+        assert b.replayed_records >= 300
+        assert [b.read_entry(12, i) for i in range(300)] == [
+            entry(12, i, bytes([i % 251]) * (i % 37 + 1)) for i in range(300)]
+        assert b.is_fenced(12)
+        assert b.entries_of_ledger(12) == list(range(300))
+    finally:
+        b.stop()

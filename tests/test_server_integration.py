@@ -250,10 +250,12 @@ def test_unsupported_ledger_storage_is_a_clear_error(tmp_path):
     import sys
     proc = subprocess.run(
         [sys.executable, "-m", "bkfast.cli.main", "bookie", "--no-metadata", "-D", f"journalDirectory={tmp_path / 'j'}",
-         "-D", f"ledgerDirectories={tmp_path / 'l'}", "-D", "listeningInterface=127.0.0.1", "--port", "0"],
+         "-D", f"ledgerDirectories={tmp_path / 'l'}", "-D", "listeningInterface=127.0.0.1", "--port", "0",
+         "-D", "ledgerStorageClass=com.example.NoSuchLedgerStorage"],
         capture_output=True, timeout=60)
     assert proc.returncode != 0
-    assert b"ledgerStorageClass" in proc.stderr and b"Traceback" not in proc.stderr
+    assert b"ledgerStorageClass" in proc.stderr and b"com.example.NoSuchLedgerStorage" in proc.stderr
+    assert b"Traceback" not in proc.stderr
     assert b"bookie listening" not in proc.stdout
 
 

@@ -1,10 +1,11 @@
 """SIGKILL a bookie at random moments: every acknowledged entry, fence and master key survives.
 
-A child process (tests/crash/bookie_child.py) runs a real Bookie with DbLedgerStorage on real files and
+A child process (tests/crash/bookie_child.py) runs a real Bookie on real files, once per ledger storage
+(DbLedgerStorage, SortedLedgerStorage, InterleavedLedgerStorage), and
 prints each acknowledgement. The parent kills it with SIGKILL after a random delay — with frequent
 checkpoints, journal rolls and write-cache flushes going on — restarts a Bookie on the same directories
 and checks every entry acknowledged in that run (plus a sample of earlier runs) byte for byte.
-BKFAST_CRASH_ITERATIONS (default 30) and BKFAST_CRASH_SEED change the run.
+BKFAST_CRASH_ITERATIONS (per storage, default 30) and BKFAST_CRASH_SEED change the run.
 """
 
 import hashlib
@@ -22,7 +23,7 @@ import pytest
 from bkfast.bookie.bookie import Bookie
 from bkfast.codec import DigestType, encode_entry, master_key
 from bkfast.errors import BKLedgerFencedException, BKUnauthorizedAccessException
-from tests.crash.bookie_child import PASSWORD, crash_conf
+from tests.crash.bookie_child import PASSWORD, STORAGE_CLASSES, crash_conf
 
 ITERATIONS = int(os.environ.get("BKFAST_CRASH_ITERATIONS", "30"))
 SEED = int(os.environ.get("BKFAST_CRASH_SEED", "20261123"))
@@ -30,9 +31,10 @@ REPO = Path(__file__).resolve().parents[2]
 KEY = master_key(PASSWORD)
 
 
-def run_child_until_killed(data_dir: Path, seed: int, first_ledger: int, kill_after: float) -> list[str]:
+def run_child_until_killed(data_dir: Path, seed: int, first_ledger: int, kill_after: float,
+                           storage: str) -> list[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash.bookie_child", str(data_dir), str(seed), str(first_ledger)],
+        [sys.executable, "-m", "tests.crash.bookie_child", str(data_dir), str(seed), str(first_ledger), storage],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     lines: list[str] = []
     started = threading.Event()
@@ -62,13 +64,16 @@ def run_child_until_killed(data_dir: Path, seed: int, first_ledger: int, kill_af
     return lines
 
 
-def test_sigkill_loses_no_acknowledged_entry(tmp_path):
+@pytest.mark.parametrize("storage", sorted(STORAGE_CLASSES))
+def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage):
+    iterations = ITERATIONS
     rng = random.Random(SEED)
     acked: dict[tuple[int, int], str] = {}
     fenced: set[int] = set()
-    for iteration in range(ITERATIONS):
+    for iteration in range(iterations):
         first_ledger = 1 + iteration * 100
-        lines = run_child_until_killed(tmp_path, rng.randrange(2**31), first_ledger, rng.uniform(0.05, 1.5))
+        lines = run_child_until_killed(tmp_path, rng.randrange(2**31), first_ledger, rng.uniform(0.05, 1.5),
+                                       storage)
         this_run = {}
         for line in lines:
             kind, *fields = line.split()
@@ -79,7 +84,7 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path):
         earlier = rng.sample(sorted(acked), min(200, len(acked)))
         acked.update(this_run)
 
-        bookie = Bookie(crash_conf(str(tmp_path)))
+        bookie = Bookie(crash_conf(str(tmp_path), storage))
         bookie.start()
         try:
             for ledger_entry in [*this_run, *earlier]:
@@ -104,4 +109,4 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path):
             assert bookie.read_entry(fresh_ledger, -1)[-3:] == b"new"
         finally:
             bookie.stop()
-    assert len(acked) > ITERATIONS * 10, "the children acknowledged suspiciously few entries"
+    assert len(acked) > iterations * 10, "the children acknowledged suspiciously few entries"

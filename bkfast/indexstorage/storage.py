@@ -1,0 +1,301 @@
+"""IndexedLedgerStorage: BookKeeper's InterleavedLedgerStorage (and, with a memtable, SortedLedgerStorage).
+
+Owns the public storage API the Bookie calls (the same as bkfast.dbstorage.storage.DbLedgerStorage) over
+entry logs (one EntryLogger spanning every ledger dir, as Java's InterleavedLedgerStorage does: new logs
+round-robin, logs found in any dir) and a file-based index (ledger_cache: one `.idx` file per ledger,
+found in any index dir). With `sorted=True` adds go to a sorted memtable first (memtable) and are
+drained to the entry log when it reaches `skipListSizeLimit` (by a background thread) or at a flush.
+
+Read path: memtable (active, snapshot) -> ledger cache page -> entry log pread.
+
+Durability (the contract with the Bookie's checkpoint): flush() drains the memtable, fsyncs the entry
+logs, and only then writes and fsyncs index pages and headers. Any index page written earlier (cache
+eviction) is preceded by an entry-log fsync too (the ledger cache's before_page_write hook), so an
+index never points at entry-log bytes a crash could lose. Re-adding an entry (journal replay after a
+crash) just stores it again and points the index at the new copy: adds are idempotent.
+
+Must never: verify digests (entries are stored and returned verbatim), write an index page before the
+entry-log bytes it points at are synced, or resurrect a deleted ledger from a compaction update.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Sequence
+
+from bkfast.bookie.entrylogger import EntryLogger
+from bkfast.codec import peek_entry_ids
+from bkfast.errors import (
+    BKIllegalOpException,
+    BKNoSuchEntryException,
+    BKNoSuchLedgerExistsException,
+    StorageCorruptionError,
+)
+from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
+from bkfast.indexstorage.memtable import Memtable
+
+__all__ = ["IndexedLedgerStorage"]
+
+log = logging.getLogger(__name__)
+
+_LONG = struct.Struct(">q")
+
+
+def _ledger_name(scope_id: int, ledger_id: int) -> str:
+    return f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
+
+
+class IndexedLedgerStorage:
+    """Entries on entry logs, locations and ledger headers in per-ledger `.idx` files."""
+
+    def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]],
+                 index_dirs: Sequence[str | os.PathLike[str]] | None, conf, *, sorted: bool = True,
+                 entry_logger: EntryLogger | None = None):
+        ledger_dirs = [str(d) for d in ledger_dirs]
+        index_dirs = [str(d) for d in index_dirs] if index_dirs else list(ledger_dirs)
+        if not ledger_dirs:
+            raise ValueError("IndexedLedgerStorage needs at least one ledger directory")
+        self.ledger_dirs = ledger_dirs
+        self.index_dirs = index_dirs
+        self._owns_logger = entry_logger is None
+        self._logger = entry_logger if entry_logger is not None else EntryLogger(ledger_dirs, conf)
+        open_limit = conf.get("openFileLimit", None)
+        self._cache = LedgerCache(
+            index_dirs, int(conf.page_size), int(conf.page_limit),
+            # never more open index files than the process's descriptor limit allows
+            min(int(open_limit), default_open_file_limit()) if open_limit else default_open_file_limit(),
+            int(conf.file_info_format_version_to_write), self._sync_entry_logs)
+        self._log_unsynced = False
+        self._flush_lock = threading.Lock()   # one memtable drain at a time; delete vs drain
+        self._add_lock = threading.Lock()     # interleaved add (log append + index put) vs delete
+        self._closed = False
+        self.last_flush_error: BaseException | None = None
+        self._memtable: Memtable | None = None
+        self._flush_thread: threading.Thread | None = None
+        self._flush_event = threading.Event()
+        if sorted:
+            self._memtable = Memtable(int(conf.skip_list_size_limit))
+            self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True, name="sorted-storage-flush")
+            self._flush_thread.start()
+        log.info("file-based index storage (%s) on ledger dirs %s, index dirs %s: pageSize %d, pageLimit %d, "
+                 "open files %d", "sorted" if sorted else "interleaved", ledger_dirs, index_dirs,
+                 int(conf.page_size), self._cache.page_limit, self._cache.open_file_limit)
+
+    # -- ledger metadata ---------------------------------------------------------------------------
+
+    def set_master_key(self, ledger_id: int, key: bytes, scope_id: int = 0) -> None:
+        """Create the ledger with this master key, or check it (BKUnauthorizedAccessException on mismatch)."""
+        self._cache.set_master_key(scope_id, ledger_id, key)
+
+    def get_master_key(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        return self._cache.get_master_key(scope_id, ledger_id)
+
+    def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
+        return self._cache.exists(scope_id, ledger_id)
+
+    def set_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        """Fence the ledger; True if it was not fenced before. Durable at the next flush (the journal
+        holds the fence record until then)."""
+        return self._cache.set_fenced(scope_id, ledger_id)
+
+    def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        return self._cache.is_fenced(scope_id, ledger_id)
+
+    def set_explicit_lac(self, ledger_id: int, lac_buffer: bytes, scope_id: int = 0) -> None:
+        self._cache.set_explicit_lac(scope_id, ledger_id, lac_buffer)
+
+    def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        return self._cache.get_explicit_lac(scope_id, ledger_id)
+
+    def list_ledgers(self, scope_id: int = 0) -> list[int]:
+        return self._cache.list_ledgers(scope_id)
+
+    # -- entries -----------------------------------------------------------------------------------
+
+    def add_entry(self, entry_bytes) -> tuple[int, int, int]:
+        """Store an entry as received; return its (scope_id, ledger_id, entry_id)."""
+        _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
+        if ledger_id < 0 or entry_id < 0:
+            raise BKIllegalOpException(f"entry {entry_id} of ledger {ledger_id}: ids must not be negative")
+        if self._closed:
+            raise ValueError("the ledger storage is closed")
+        data = entry_bytes if type(entry_bytes) is bytes else bytes(entry_bytes)
+        memtable = self._memtable
+        if memtable is not None:
+            if memtable.put((scope_id, ledger_id), entry_id, data):
+                self._flush_event.set()
+        else:
+            with self._add_lock:
+                location = self._logger.add_entry(ledger_id, data)
+                self._log_unsynced = True
+                self._cache.put_location(scope_id, ledger_id, entry_id, location)
+        return scope_id, ledger_id, entry_id
+
+    def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
+        if not self._cache.exists(scope_id, ledger_id):
+            return BKNoSuchLedgerExistsException(
+                f"No such ledger exists: {_ledger_name(scope_id, ledger_id)} is not on this bookie")
+        return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {_ledger_name(scope_id, ledger_id)}")
+
+    def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
+        """The stored entry; entry_id -1 reads the last one. BKNoSuchLedgerExists / BKNoSuchEntry."""
+        if entry_id < 0:
+            last = self.get_last_entry_id(ledger_id, scope_id)
+            if last < 0:
+                raise self._missing(scope_id, ledger_id, -1)
+            entry_id = last
+        memtable = self._memtable
+        if memtable is not None:
+            data = memtable.get((scope_id, ledger_id), entry_id)
+            if data is not None:
+                return data
+        location = self._cache.get_location(scope_id, ledger_id, entry_id)
+        if location is None:
+            # The entry may have moved from the memtable to the index between the two lookups.
+            if memtable is not None:
+                data = memtable.get((scope_id, ledger_id), entry_id)
+                if data is not None:
+                    return data
+                location = self._cache.get_location(scope_id, ledger_id, entry_id)
+            if location is None:
+                raise self._missing(scope_id, ledger_id, entry_id)
+        try:
+            return self._logger.read_entry(ledger_id, entry_id, location, scope_id)
+        except (StorageCorruptionError, ValueError, OSError):
+            # Compaction may have moved the entry and removed its old log between lookup and read.
+            moved = self._cache.get_location(scope_id, ledger_id, entry_id)
+            if moved is None or moved == location:
+                raise
+            return self._logger.read_entry(ledger_id, entry_id, moved, scope_id)
+
+    def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
+        """Highest stored entry id of the ledger (memtable or index), -1 when none."""
+        cached = self._memtable.last_entry((scope_id, ledger_id)) if self._memtable is not None else -1
+        return max(cached, self._cache.last_entry(scope_id, ledger_id))
+
+    def get_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
+        """The LAC piggy-backed on the ledger's last entry (offset 16; 25 for a scoped entry)."""
+        data = self.get_entry(ledger_id, -1, scope_id)
+        return _LONG.unpack_from(data, 25 if data[0] & 0x80 else 16)[0]
+
+    def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
+        ids = set(self._cache.entries(scope_id, ledger_id))
+        if self._memtable is not None:
+            ids |= self._memtable.entry_ids((scope_id, ledger_id))
+        return sorted(ids)
+
+    def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
+        """Forget a ledger: memtable entries, cached pages and its index file. Entry-log bytes are
+        reclaimed by garbage collection."""
+        with self._flush_lock, self._add_lock:
+            if self._memtable is not None:
+                self._memtable.delete_ledger((scope_id, ledger_id))
+            self._cache.delete(scope_id, ledger_id)
+
+    # -- GC / compaction contract --------------------------------------------------------------------
+
+    def entry_loggers(self) -> list[EntryLogger]:
+        """The entry loggers (one, spanning every ledger dir, as in Java's InterleavedLedgerStorage)."""
+        return [self._logger]
+
+    def all_ledgers(self) -> list[tuple[int, int]]:
+        """(scope_id, ledger_id) of every ledger in the index."""
+        return self._cache.all_ledgers()
+
+    def update_entry_locations(self, updates: list[tuple[int, int, int, int]]) -> None:
+        """Point entries at new locations (compaction); ledgers deleted meanwhile are skipped.
+        Durable after the next flush()."""
+        with self._add_lock:
+            self._log_unsynced = True  # the new copies must be synced before pages pointing at them
+            for scope_id, ledger_id, entry_id, location in updates:
+                self._cache.update_location(scope_id, ledger_id, entry_id, location)
+
+    def entry_location(self, scope_id: int, ledger_id: int, entry_id: int) -> int | None:
+        """The entry's current location in the index (None when absent)."""
+        return self._cache.get_location(scope_id, ledger_id, entry_id)
+
+    # -- flushing ----------------------------------------------------------------------------------
+
+    def _sync_entry_logs(self) -> None:
+        """before_page_write hook of the ledger cache: entry-log bytes first, then index pages."""
+        if self._log_unsynced:
+            self._log_unsynced = False
+            try:
+                self._logger.flush()
+            except BaseException:
+                self._log_unsynced = True
+                raise
+
+    def _drain_memtable(self) -> None:
+        memtable = self._memtable
+        if memtable is None:
+            return
+        with self._flush_lock:
+            runs = memtable.snapshot()
+            if not runs:
+                return
+            add_entries, put_locations = self._logger.add_entries, self._cache.put_locations
+            for (scope_id, ledger_id), entry_ids, datas in runs:
+                locations = add_entries(ledger_id, datas)
+                self._log_unsynced = True
+                put_locations(scope_id, ledger_id, entry_ids, locations)
+            memtable.clear_snapshot()
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._flush_event.wait()
+            self._flush_event.clear()
+            if self._closed:
+                return
+            try:
+                self._drain_memtable()
+                self.last_flush_error = None
+            except Exception as e:  # noqa: BLE001 - reported; the snapshot is kept and retried
+                self.last_flush_error = e
+                log.error("memtable flush to entry log failed: %s", e)
+
+    def flush(self) -> None:
+        """Make every entry and header change made before the call durable: memtable -> entry log,
+        fsync entry logs, then write and fsync index pages and headers."""
+        self._drain_memtable()
+        self._log_unsynced = True
+        self._sync_entry_logs()
+        self._cache.flush()
+
+    def checkpoint(self) -> None:
+        """flush(); the Bookie persists its journal lastMark after this returns."""
+        self.flush()
+
+    @property
+    def directories(self) -> list[IndexedLedgerStorage]:
+        return [self]
+
+    @property
+    def write_cache_size(self) -> int:
+        return self._memtable.size if self._memtable is not None else 0
+
+    @property
+    def read_cache_size(self) -> int:
+        return 0
+
+    @property
+    def ledger_cache(self) -> LedgerCache:
+        return self._cache
+
+    def close(self) -> None:
+        """Flush, close the entry logger and every index file (reopenable in-process)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flush_thread is not None:
+            self._flush_event.set()
+            self._flush_thread.join()
+        self.flush()
+        if self._owns_logger:
+            self._logger.close()
+        else:
+            self._logger.flush()
+        self._cache.close()
