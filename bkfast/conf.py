@@ -164,6 +164,7 @@ SERVER_KEYS: tuple[Key, ...] = (
         max=(2**31 - 2) // 2),
     Key("pageSize", int, 8192, "Index page size, bytes", min=8),
     Key("pageLimit", int, -1, "Index pages kept in memory; <= 0 = derived from memory"),
+    Key("openFileLimit", int, 20000, "Index files kept open (file-based index storage)", min=1),
     Key("fileInfoFormatVersionToWrite", int, 1, "Index file header version of new index files", min=0, max=1),
     Key("dbStorage_writeCacheMaxSizeMb", int, DEFAULT_DB_STORAGE_CACHE_MB,
         "DbLedgerStorage write cache, MB (Java: 25% of max direct memory; here 25% of min(RAM, 4 GiB))",
@@ -228,7 +229,8 @@ SERVER_KEYS: tuple[Key, ...] = (
 )
 
 CLIENT_KEYS: tuple[Key, ...] = (
-    Key("useV2WireProtocol", bool, False, "Talk the v2 binary protocol instead of v3 protobuf"),
+    Key("useV2WireProtocol", bool, False,
+        "Talk the v2 binary protocol instead of v3 protobuf (bkfast's client uses v2 unless this is set)"),
     Key("readTimeout", int, 5, "Request timeout, s", min=0),
     Key("addEntryTimeoutSec", int, None, "Add timeout, s; unset = readTimeout", min=0,
         derive=_same_as("readTimeout")),
@@ -630,6 +632,7 @@ class ServerConfiguration(Configuration):
     skip_list_size_limit = _Setting("skipListSizeLimit")
     page_size = _Setting("pageSize")
     page_limit = _Setting("pageLimit")
+    open_file_limit = _Setting("openFileLimit")
     file_info_format_version_to_write = _Setting("fileInfoFormatVersionToWrite")
     db_storage_write_cache_max_size_mb = _Setting("dbStorage_writeCacheMaxSizeMb")
     db_storage_read_ahead_cache_max_size_mb = _Setting("dbStorage_readAheadCacheMaxSizeMb")

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie import logmark
+from bkfast.bookie.disk_checker import DiskChecker, is_no_space
+from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journal import Journal
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
-from bkfast.dbstorage.storage import DbLedgerStorage
 from bkfast.errors import (
     BKBookieIOException,
     BKError,
@@ -39,7 +40,6 @@ from bkfast.errors import (
     BKTimeoutException,
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
-    ConfigurationError,
 )
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,6 @@ log = logging.getLogger(__name__)
 Callback = Callable[[BaseException | None], None]
 
 CURRENT_DIR = "current"
-DB_LEDGER_STORAGE_NAMES = frozenset({
-    "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage", "DbLedgerStorage", "db",
-})
 SYNC_WAIT_SECONDS = 30.0
 
 
@@ -68,7 +65,11 @@ def _inline_dispatcher(run: Callable[[list], None], batch: list) -> None:
 class Bookie:
     """A bookie's storage: journal + ledger storage + checkpoint, driven by callbacks."""
 
-    def __init__(self, conf: ServerConfiguration, dispatcher: Callable[[Callable, list], None] | None = None):
+    def __init__(self, conf: ServerConfiguration, dispatcher: Callable[[Callable, list], None] | None = None,
+                 ledger_exists_source=None):
+        """`ledger_exists_source`: what the garbage collector asks which ledgers still exist (a
+        MetadataDriver, or anything with its `ledgers_exist`); None = GC deletes no ledger (it still
+        removes and compacts entry logs of ledgers deleted otherwise)."""
         self.conf = conf
         self._dispatcher = dispatcher or _inline_dispatcher
         journal_dirs = conf.get("journalDirectories") or [conf.get("journalDirectory")]
@@ -77,26 +78,36 @@ class Bookie:
         self.index_dirs = [Path(d) for d in (conf.get("indexDirectories") or conf.get("ledgerDirectories"))]
         for d in [self.journal_dir, *self.ledger_dirs, *self.index_dirs]:
             (d / CURRENT_DIR).mkdir(parents=True, exist_ok=True)
-        storage_class = conf.get("ledgerStorageClass")
-        if storage_class not in DB_LEDGER_STORAGE_NAMES:
-            # Refuse rather than silently write another on-disk format than the operator asked for.
-            raise ConfigurationError(
-                f"ledgerStorageClass: {storage_class!r} is not available yet; bkfast serves "
-                f"org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage (the file-based index storage "
-                f"behind SortedLedgerStorage/InterleavedLedgerStorage is not built yet)")
-        self.storage = DbLedgerStorage([str(d) for d in self.ledger_dirs], [str(d) for d in self.index_dirs], conf)
+        # ledgerStorageClass -> DbLedgerStorage or the file-based index storage (Sorted/Interleaved);
+        # anything else is a ConfigurationError naming the key.
+        from bkfast.bookie.storage_factory import open_ledger_storage
+
+        self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs)
         self.journal: Journal | None = None
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
         self._ledger_lock = threading.Lock()
+        # (scope, ledger) -> callbacks of fencing requests waiting for a fence record to be durable
+        self._fences_in_flight: dict[tuple[int, int], list[Callback]] = {}
         self._checkpoint_lock = threading.Lock()
         self._stop_checkpointing = threading.Event()
         self._checkpoint_thread: threading.Thread | None = None
         self._flush_interval_s = max(conf.get("flushInterval"), 1) / 1000.0
         self.replayed_records = 0
         self.started = False
-        # Read-only bookie (forceReadOnlyBookie, or later the disk checker): adds are refused with
-        # EREADONLY unless high priority (recovery), as Java does with high-priority writes allowed.
-        self.read_only = False
+        # Read-only bookie: adds are refused with EREADONLY unless high priority (recovery), as Java does
+        # with high-priority writes allowed. Read-only while any reason holds: "forced"
+        # (forceReadOnlyBookie), "admin" (the `read_only` setter), "disk-full" (disk checker), "enospc"
+        # (a write failed for lack of space), "journal-enospc" (the journal stopped: until restart).
+        self._state_lock = threading.Lock()
+        self._read_only_reasons: set[str] = {"forced"} if conf.get("forceReadOnlyBookie") else set()
+        self._state_listeners: list[Callable[[bool], None]] = []
+        self._shutdown_listeners: list[Callable[[str], None]] = []
+        self.shutdown_reason: str | None = None
+        self.gc = GarbageCollector(self.storage, conf, ledger_exists_source)
+        self.disk_checker = DiskChecker(
+            [self.journal_dir, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
+        if hasattr(self.storage, "set_error_listener"):
+            self.storage.set_error_listener(self._note_io_error)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
         self.metrics = None
 
@@ -114,6 +125,9 @@ class Bookie:
         self.checkpoint()
         self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, name="bookie-sync", daemon=True)
         self._checkpoint_thread.start()
+        self.disk_checker.check()
+        self.disk_checker.start()
+        self.gc.start()
         self.started = True
 
     def stop(self) -> None:
@@ -121,6 +135,8 @@ class Bookie:
         if not self.started:
             return
         self.started = False
+        self.gc.stop()
+        self.disk_checker.stop()
         self._stop_checkpointing.set()
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
@@ -146,6 +162,9 @@ class Bookie:
 
     def _on_journal_error(self, tokens: list, error: BaseException) -> None:
         log.error("journal write failed for %d requests: %s", len(tokens), error)
+        if is_no_space(error):
+            # The journal is fail-stop: no add can be durable again until a restart.
+            self._set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
         failure = BKBookieIOException(f"journal write failed: {error}")
         self._dispatcher(_run_batch, [(callback, failure) for callback in tokens])
 
@@ -190,6 +209,7 @@ class Bookie:
             self._fail(callback, error)
         except Exception as error:  # anything unexpected is an I/O error for the client, and logged
             log.exception("add failed")
+            self._note_io_error(error)
             self._fail(callback, BKBookieIOException(str(error)))
 
     def fence(self, ledger_id: int, master_key: bytes, callback: Callback, scope_id: int = 0) -> None:
@@ -197,15 +217,30 @@ class Bookie:
         try:
             with self._ledger_lock:
                 self._admit(scope_id, ledger_id, master_key)
+                key = (scope_id, ledger_id)
                 newly_fenced = self.storage.set_fenced(ledger_id, scope_id)
                 if newly_fenced:
                     log.info("fenced ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
-                    self.journal.log_record(journal_mod.fence_record(ledger_id, scope_id), callback)
-                else:
-                    # Already fenced: done once the earlier fence record (queued before us) is durable.
-                    self.journal.force(callback)
+                    self._fences_in_flight[key] = []
+                    self.journal.log_record(journal_mod.fence_record(ledger_id, scope_id),
+                                            lambda error: self._fence_durable(key, callback, error))
+                    return
+                waiters = self._fences_in_flight.get(key)
+                if waiters is not None:
+                    # Already fenced, but its fence record is not durable yet: answer with it.
+                    waiters.append(callback)
+                    return
+            # Already fenced and durable (recorded earlier, replayed, or stored): nothing to wait for.
+            # Recovery reads every entry with the fence flag, so this path must not cost a journal sync.
+            callback(None)
         except BKError as error:
             self._fail(callback, error)
+
+    def _fence_durable(self, key, callback: Callback, error: BaseException | None) -> None:
+        with self._ledger_lock:
+            waiters = self._fences_in_flight.pop(key, [])
+        for waiter in (callback, *waiters):
+            waiter(error)
 
     def set_explicit_lac(self, ledger_id: int, lac_buffer: bytes, master_key: bytes, callback: Callback,
                          scope_id: int = 0) -> None:
@@ -258,6 +293,101 @@ class Bookie:
         self.storage.delete_ledger(ledger_id, scope_id)
         log.info("deleted ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
 
+    # --- read-only state, disks, garbage collection -----------------------------------------------------
+    @property
+    def read_only(self) -> bool:
+        return bool(self._read_only_reasons)
+
+    @read_only.setter
+    def read_only(self, value: bool) -> None:
+        """Operator switch (admin API, --read-only). False clears the operator reasons only: a full
+        disk keeps the bookie read-only until the disk checker sees room again."""
+        if value:
+            self._set_read_only_reason("admin", True, "set by the operator")
+        else:
+            self._set_read_only_reason("forced", False, "cleared by the operator")
+            self._set_read_only_reason("admin", False, "cleared by the operator")
+
+    @property
+    def read_only_reasons(self) -> list[str]:
+        return sorted(self._read_only_reasons)
+
+    def add_state_listener(self, listener: Callable[[bool], None]) -> None:
+        """listener(read_only) on every writable <-> read-only transition (from the thread causing it:
+        disk checker, journal, flush or GC thread). The server uses it to move the bookie's registration
+        between available/ and available/readonly/ in ZooKeeper."""
+        self._state_listeners.append(listener)
+
+    def add_shutdown_listener(self, listener: Callable[[str], None]) -> None:
+        """listener(reason) when the bookie shuts itself down (disks full and readOnlyModeEnabled=false)."""
+        self._shutdown_listeners.append(listener)
+
+    def _set_read_only_reason(self, reason: str, on: bool, detail: str) -> None:
+        with self._state_lock:
+            before = bool(self._read_only_reasons)
+            if on:
+                self._read_only_reasons.add(reason)
+            else:
+                self._read_only_reasons.discard(reason)
+            after = bool(self._read_only_reasons)
+        if before == after:
+            return
+        log.warning("bookie is now %s (%s: %s)", "read-only" if after else "writable", reason, detail)
+        for listener in list(self._state_listeners):
+            try:
+                listener(after)
+            except Exception:  # noqa: BLE001 - one listener must not block the others
+                log.exception("bookie state listener failed")
+
+    def _on_disk_state(self, full: bool, detail: str) -> None:
+        if not full:
+            self._set_read_only_reason("enospc", False, detail)
+            self._set_read_only_reason("disk-full", False, detail)
+            return
+        if self.conf.get("readOnlyModeEnabled"):
+            self._set_read_only_reason("disk-full", True, detail)
+            return
+        self._shutdown(f"disks full and readOnlyModeEnabled=false: {detail}")
+
+    def _note_io_error(self, error: BaseException) -> None:
+        """A write failed: on ENOSPC/EDQUOT turn read-only now; the disk checker turns writable again
+        once every disk is below diskUsageLwmThreshold."""
+        if not is_no_space(error):
+            return
+        self.disk_checker.full = True  # writable again only through the checker's low-water mark
+        if self.conf.get("readOnlyModeEnabled"):
+            self._set_read_only_reason("enospc", True, f"write failed: {error}")
+        else:
+            self._shutdown(f"no space left and readOnlyModeEnabled=false: {error}")
+
+    def _shutdown(self, reason: str) -> None:
+        if self.shutdown_reason is not None:
+            return
+        self.shutdown_reason = reason
+        log.error("bookie shutting down: %s", reason)
+        self._set_read_only_reason("shutdown", True, reason)
+
+        def run():
+            try:
+                self.stop()
+            except Exception:  # noqa: BLE001 - stopping a bookie whose disks are full may fail
+                log.exception("bookie shutdown failed")
+            for listener in list(self._shutdown_listeners):
+                try:
+                    listener(reason)
+                except Exception:  # noqa: BLE001
+                    log.exception("bookie shutdown listener failed")
+
+        threading.Thread(target=run, name="bookie-shutdown", daemon=True).start()
+
+    def gc_state(self) -> dict:
+        """Garbage collection state: per-log live ratio, last GC/compaction times, bytes reclaimed."""
+        state = self.gc.state()
+        state["read_only"] = self.read_only
+        state["read_only_reasons"] = self.read_only_reasons
+        state["disk_usage"] = dict(self.disk_checker.usages)
+        return state
+
     # --- blocking conveniences (scripts, tests, the crash-test child) -----------------------------
     def _wait(self, start: Callable[[Callback], None]) -> None:
         done = threading.Event()
@@ -300,8 +430,9 @@ class Bookie:
         while not self._stop_checkpointing.wait(self._flush_interval_s):
             try:
                 self.checkpoint()
-            except Exception:
+            except Exception as error:
                 log.exception("checkpoint failed; will retry in %.1f s", self._flush_interval_s)
+                self._note_io_error(error)
 
     def _replay_record(self, record) -> None:
         r = journal_mod.parse_record(record)

@@ -36,7 +36,12 @@ from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, 
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
 from bkfast.dbstorage.read_cache import ReadCache
 from bkfast.dbstorage.write_cache import WriteCache
-from bkfast.errors import BKIllegalOpException, BKNoSuchEntryException, BKNoSuchLedgerExistsException
+from bkfast.errors import (
+    BKIllegalOpException,
+    BKNoSuchEntryException,
+    BKNoSuchLedgerExistsException,
+    StorageCorruptionError,
+)
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
 
@@ -76,6 +81,7 @@ class SingleDirectoryDbLedgerStorage:
         self._flush_lock = threading.Lock()
         self._closed = False
         self.last_flush_error: BaseException | None = None
+        self.error_listener = None  # callable(error) told about background flush failures (the Bookie's)
         self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True,
                                               name=f"db-storage-flush-{self.ledger_dir.name}")
         self._flush_thread.start()
@@ -153,7 +159,16 @@ class SingleDirectoryDbLedgerStorage:
             if data is not None:
                 return data
             raise self._missing(scope_id, ledger_id, entry_id)
-        data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
+        try:
+            data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
+        except (StorageCorruptionError, ValueError, OSError):
+            # Compaction may have moved the entry and removed its old log between the index lookup and
+            # the read: read again from where the index points now, and fail only if it did not move.
+            moved = self._locations.get(scope_id, ledger_id, entry_id)
+            if moved is None or moved == location:
+                raise
+            location = moved
+            data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
         if self._read_ahead_on:
             self._read_ahead(key, scope_id, ledger_id, location + len(data) + 4, len(data))
         return data
@@ -200,6 +215,38 @@ class SingleDirectoryDbLedgerStorage:
             self._locations.delete_ledger(scope_id, ledger_id)
             self._ledgers.delete(scope_id, ledger_id)
 
+    # -- garbage collection and compaction (the storage contract of bkfast.bookie.gc) ---------------
+
+    @property
+    def entry_logger(self) -> EntryLogger:
+        return self._entry_logger
+
+    def all_ledgers(self) -> list[tuple[int, int]]:
+        """(scope_id, ledger_id) of every ledger with metadata in this directory."""
+        return self._ledgers.keys()
+
+    def entry_location(self, scope_id: int, ledger_id: int, entry_id: int) -> int | None:
+        """Where the index says the entry is (None: not indexed, e.g. deleted or still in the write cache)."""
+        return self._locations.get(scope_id, ledger_id, entry_id)
+
+    def update_entry_locations(self, updates) -> int:
+        """Point entries at their compacted copies, in one synced batch per store; return how many.
+
+        Runs under the flush lock, so it cannot race a ledger deletion: an entry that is no longer
+        indexed (its ledger was deleted meanwhile) is skipped instead of being brought back.
+        The caller made the copies durable (EntryLogger.flush) before calling this.
+        """
+        with self._flush_lock:
+            batch = LocationBatch()
+            get = self._locations.get
+            for scope_id, ledger_id, entry_id, location in updates:
+                if get(scope_id, ledger_id, entry_id) is None:
+                    continue
+                batch.add(scope_id, ledger_id, (entry_id,), (location,))
+            if batch.count:
+                self._locations.commit(batch)
+            return batch.count
+
     # -- flushing ----------------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -232,6 +279,12 @@ class SingleDirectoryDbLedgerStorage:
             except Exception as e:  # noqa: BLE001 - reported, and the next flush retries the same half
                 self.last_flush_error = e
                 log.error("background flush of %s failed: %s", self.ledger_dir, e)
+                listener = self.error_listener
+                if listener is not None:
+                    try:
+                        listener(e)
+                    except Exception:  # noqa: BLE001 - a listener must not stop the flush thread
+                        log.exception("flush error listener failed")
 
     @property
     def write_cache_size(self) -> int:

@@ -87,6 +87,10 @@ class LedgerMetadataIndex(ScopedStorePair):
             return sorted(k for k in keys if k >> 64 == 0)
         return sorted(ledger for scope, ledger in map(split_key, keys) if scope == scope_id)
 
+    def keys(self) -> list[tuple[int, int]]:
+        """(scope_id, ledger_id) of every ledger, in (scope, ledger) order."""
+        return [split_key(k) for k in sorted(self._ledgers)]
+
     # -- updates ------------------------------------------------------------------------------------
 
     def _required(self, scope_id: int, ledger_id: int) -> LedgerData:

@@ -152,6 +152,43 @@ class DbLedgerStorage:
         """Forget a ledger: its cached entries, its locations (deleteRange) and its metadata."""
         self._dir(ledger_id, scope_id).delete_ledger(ledger_id, scope_id)
 
+    # -- garbage collection and compaction (the storage contract of bkfast.bookie.gc) ---------------
+
+    def entry_loggers(self) -> list[EntryLogger]:
+        """The entry logger of every directory (one per ledger dir; a shared one is listed once)."""
+        out: list[EntryLogger] = []
+        for d in self._dirs:
+            if all(d.entry_logger is not known for known in out):
+                out.append(d.entry_logger)
+        return out
+
+    def all_ledgers(self) -> list[tuple[int, int]]:
+        """(scope_id, ledger_id) of every ledger in the index, sorted."""
+        return sorted(key for d in self._dirs for key in d.all_ledgers())
+
+    def entry_location(self, scope_id: int, ledger_id: int, entry_id: int) -> int | None:
+        """The entry's current location in the index; None when it is not indexed."""
+        return self._dir(ledger_id, scope_id).entry_location(scope_id, ledger_id, entry_id)
+
+    def update_entry_locations(self, updates) -> None:
+        """[(scope_id, ledger_id, entry_id, new_location)]: the index points at compacted copies
+        (synced at once; entries whose ledger was deleted meanwhile are skipped)."""
+        if len(self._dirs) == 1:
+            self._dirs[0].update_entry_locations(updates)
+            return
+        by_dir: dict[int, list] = {}
+        for update in updates:
+            scope_id, ledger_id = update[0], update[1]
+            selector = ledger_id if not scope_id else scope_id ^ ledger_id
+            by_dir.setdefault(selector % len(self._dirs), []).append(update)
+        for i, part in by_dir.items():
+            self._dirs[i].update_entry_locations(part)
+
+    def set_error_listener(self, listener) -> None:
+        """listener(error) is called when a background flush fails (the Bookie turns read-only on ENOSPC)."""
+        for d in self._dirs:
+            d.error_listener = listener
+
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def flush(self) -> None:
