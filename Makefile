@@ -20,9 +20,9 @@ install-test: $(PY)
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# A local cluster (embedded metadata, 3 bookie processes) plus a short demo; serves until Ctrl-C.
 run: install
-	$(VENV)/bin/bkfast --version
-	bash scripts/demo.sh
+	$(VENV)/bin/bkfast sandbox --bookies 3 --demo
 
 test: install-test system-deps
 	$(PY) -m pytest

@@ -5,3 +5,12 @@ embedded store, and operations tools. Hot paths live in Cython extensions (`bkfa
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `from bkfast import BookKeeper` without importing Twisted/crochet for users of the codec alone.
+    if name in ("BookKeeper", "AsyncBookKeeper"):
+        from bkfast import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'bkfast' has no attribute {name!r}")

@@ -18,6 +18,21 @@ REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
 
 
+def pid_alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still "exists"; only count it alive if it is not one
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+
 class BookieProcess:
     """`python -m bkfast.cli.main bookie` on 127.0.0.1 and a free port, stopped by pid."""
 

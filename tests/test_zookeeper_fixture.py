@@ -10,22 +10,10 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
+from .server_support import pid_alive
 from .zk_server import ZooKeeperServer, expire_session, four_letter_word, probe_session
 
 pytestmark = pytest.mark.zookeeper
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still "exists"; only count it alive if it is not one
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _listeners(port: int) -> list[tuple[str, int]]:
@@ -81,7 +69,7 @@ def test_server_is_a_java_process_on_loopback(zookeeper_server):
     pids = _pids_owning_inode(listeners[0][1])
     assert len(pids) == 1, pids
     pid = pids[0]
-    assert _pid_alive(pid)
+    assert pid_alive(pid)
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = [a.decode() for a in f.read().split(b"\0") if a]
     assert os.path.basename(argv[0]) == "java"
@@ -180,7 +168,7 @@ def test_stop_kills_a_separate_server(tmp_path):
     server.start()
     try:
         pid, workdir = server.pid, server.dir
-        assert _pid_alive(pid)
+        assert pid_alive(pid)
         assert os.getpgid(pid) == pid                                # own process group / session
         assert os.path.isdir(workdir)
         cfg = (workdir / "zoo.cfg").read_text()
@@ -191,7 +179,7 @@ def test_stop_kills_a_separate_server(tmp_path):
         assert probe_session(host, int(port), session_timeout_ms=30000)[1] == 4000  # capped at 20 ticks
     finally:
         server.stop()
-    assert not _pid_alive(pid), f"ZooKeeper pid {pid} survived stop()"
+    assert not pid_alive(pid), f"ZooKeeper pid {pid} survived stop()"
     assert not os.path.exists(workdir)                               # temp dir we created is gone
     assert not server.is_running() and server.pid is None
     server.stop()                                                    # idempotent
@@ -200,5 +188,5 @@ def test_stop_kills_a_separate_server(tmp_path):
     with ZooKeeperServer(kept) as server2:
         pid2 = server2.pid
         assert (kept / "zoo.cfg").exists()
-    assert not _pid_alive(pid2)
+    assert not pid_alive(pid2)
     assert (kept / "zookeeper.log").exists()

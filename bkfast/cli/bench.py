@@ -284,3 +284,7 @@ def journal(directory, entry_size, ledgers, duration, group_wait_ms, group_bytes
 from bkfast.cli.bench_bookie import bookie_bench  # noqa: E402 - `bkfast bench bookie`
 
 bench.add_command(bookie_bench)
+
+from bkfast.cli.bench_ledger import ledger as ledger_bench  # noqa: E402 - `bkfast bench ledger`
+
+bench.add_command(ledger_bench)

@@ -5,6 +5,7 @@ import click
 from bkfast import __version__
 from bkfast.cli.bench import bench
 from bkfast.cli.bookie import bookie
+from bkfast.cli.sandbox import sandbox
 from bkfast.cli.shell import shell
 
 
@@ -17,6 +18,7 @@ def main() -> None:
 main.add_command(bench)
 main.add_command(shell)
 main.add_command(bookie)
+main.add_command(sandbox)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,239 @@
+"""`bkfast bench ledger`: BookKeeper's BenchThroughputLatency for the bkfast client.
+
+One client process writes one ledger (E/WQ/AQ as given) for `--duration` seconds, either closed loop
+(up to `--outstanding` adds in flight) or open loop (`--rate N` adds/s on a fixed schedule, latency
+measured from each add's scheduled time so queueing is not hidden). Then, unless disabled, it reads
+the ledger back sequentially (entries/s) and measures tailing-read latency: the time from issuing an
+add until a second handle, long-polling the LAC, has read the entry.
+Prints one line per phase; `--json` prints one object (write results at the top level:
+adds_per_s, p50_ms, p95_ms, p99_ms, p999_ms; `read` and `tailing` objects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from bkfast.loadgen import percentile
+
+_SAMPLE_LIMIT = 2_000_000
+
+
+def _latency_summary(latencies: list[float]) -> dict:
+    lat = sorted(latencies)
+
+    def ms(p):
+        v = percentile(lat, p)
+        return None if v is None else round(v * 1000.0, 3)
+
+    return {"p50_ms": ms(50), "p95_ms": ms(95), "p99_ms": ms(99), "p999_ms": ms(99.9),
+            "mean_ms": round(sum(lat) / len(lat) * 1000.0, 3) if lat else None}
+
+
+async def _write_phase(reactor, lh, size: int, outstanding: int, duration: float, rate: int | None) -> dict:
+    from twisted.internet import defer, task
+
+    payload = os.urandom(size)
+    latencies: list[float] = []
+    state = {"in_flight": 0, "ok": 0, "errors": 0, "issued": 0, "error": None}
+    done = defer.Deferred()
+    started = time.perf_counter()
+    deadline = started + duration
+
+    def completed(_entry_id, t0):
+        state["in_flight"] -= 1
+        state["ok"] += 1
+        if len(latencies) < _SAMPLE_LIMIT:
+            latencies.append(time.perf_counter() - t0)
+        if rate is None:
+            pump()
+        maybe_done()
+
+    def failed(failure):
+        state["in_flight"] -= 1
+        state["errors"] += 1
+        state["error"] = state["error"] or failure.getErrorMessage()
+        maybe_done()
+
+    def issue(t0):
+        state["in_flight"] += 1
+        state["issued"] += 1
+        lh.add_entry(payload).addCallbacks(completed, failed, callbackArgs=(t0,))
+
+    def pump():
+        now = time.perf_counter()
+        if now >= deadline or state["error"]:
+            return
+        while state["in_flight"] < outstanding:
+            issue(now)
+
+    def maybe_done():
+        if state["in_flight"] == 0 and (time.perf_counter() >= deadline or state["error"]) and not done.called:
+            done.callback(None)
+
+    if rate is None:
+        pump()
+        ticker = task.LoopingCall(maybe_done)
+    else:
+        interval = 1.0 / rate
+
+        def tick():
+            now = time.perf_counter()
+            if now >= deadline or state["error"]:
+                maybe_done()
+                return
+            due = int((now - started) / interval) + 1
+            while state["issued"] < due and state["in_flight"] < outstanding:
+                issue(started + state["issued"] * interval)     # scheduled time, not now
+        ticker = task.LoopingCall(tick)
+    ticker.clock = reactor
+    ticker.start(0.001 if rate else 0.05)
+    await done
+    ticker.stop()
+    elapsed = time.perf_counter() - started
+    result = {"adds": state["ok"], "errors": state["errors"], "duration_s": round(elapsed, 3),
+              "adds_per_s": round(state["ok"] / elapsed, 1), "mb_per_s": round(state["ok"] * size / elapsed / 1e6, 2)}
+    if state["error"]:
+        result["first_error"] = state["error"]
+    result.update(_latency_summary(latencies))
+    return result
+
+
+async def _read_phase(bk, ledger_id: int, password: bytes, last: int, batch: int = 1000) -> dict:
+    rh = await bk.open_ledger(ledger_id, password, recovery=False)
+    started = time.perf_counter()
+    count = 0
+    first = 0
+    while first <= last:
+        end = min(last, first + batch - 1)
+        entries = await rh.read_unconfirmed_entries(first, end)
+        count += len(entries)
+        first = end + 1
+    elapsed = time.perf_counter() - started
+    return {"entries": count, "duration_s": round(elapsed, 3), "entries_per_s": round(count / elapsed, 1)
+            if elapsed > 0 else None}
+
+
+async def _tailing_phase(reactor, bk, size: int, count: int, ensemble, wq, aq, protocol_digest, password) -> dict:
+    from twisted.internet import task
+
+    lh = await bk.create_ledger(ensemble, wq, aq, digest_type=protocol_digest, password=password)
+    rh = await bk.open_ledger(lh.ledger_id, password, recovery=False)
+    payload = os.urandom(size)
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+
+    async def writer():
+        for _ in range(count):
+            t0 = time.perf_counter()
+            d = lh.add_entry(payload)
+            sent[len(sent)] = t0
+            await d
+            await task.deferLater(reactor, 0.002, lambda: None)
+        await lh.close()        # confirms the last entry to the reader (through the metadata)
+
+    writing = writer()
+    from twisted.internet import defer
+
+    write_done = defer.Deferred.fromCoroutine(writing)
+    next_entry = 0
+    while next_entry < count:
+        lac = await rh.read_lac_long_poll(next_entry - 1, 1000)
+        if lac < next_entry:
+            # The last entry is only confirmed by the close (the bookies never see a later LAC).
+            await rh.refresh_metadata()
+            lac = rh.last_add_confirmed
+        if lac >= next_entry:
+            entries = await rh.read_entries(next_entry, lac)
+            now = time.perf_counter()
+            for entry in entries:
+                latencies.append(now - sent[entry.entry_id])
+            next_entry = lac + 1
+    await write_done
+    result = {"entries": len(latencies)}
+    result.update(_latency_summary(latencies))
+    return result
+
+
+async def run_ledger_bench(reactor, metadata_uri: str, ensemble: int, write_quorum: int, ack_quorum: int,
+                           size: int, outstanding: int, duration: float, rate: int | None, protocol: str,
+                           digest: str, read: bool, tailing: int) -> dict:
+    from bkfast.client import AsyncBookKeeper
+
+    password = b"bench"
+    bk = await AsyncBookKeeper.connect(metadata_uri, reactor, protocol=protocol)
+    try:
+        lh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, digest_type=digest, password=password)
+        result = await _write_phase(reactor, lh, size, outstanding, duration, rate)
+        result.update({"ledger_id": lh.ledger_id, "ensemble": ensemble, "write_quorum": write_quorum,
+                       "ack_quorum": ack_quorum, "size": size, "protocol": protocol, "rate": rate,
+                       "outstanding": outstanding})
+        last = lh.last_add_confirmed
+        await lh.close()
+        if read and last >= 0:
+            result["read"] = await _read_phase(bk, lh.ledger_id, password, last)
+        if tailing > 0:
+            result["tailing"] = await _tailing_phase(reactor, bk, size, tailing, ensemble, write_quorum, ack_quorum,
+                                                     digest, password)
+        return result
+    finally:
+        await bk.close()
+
+
+@click.command("ledger")
+@click.option("--metadata-uri", required=True, help="zk+hierarchical://host:port/ledgers or embedded:///dir "
+              "(embedded only works in-process; use a ZooKeeper sandbox for separate processes).")
+@click.option("--ensemble", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--write-quorum", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--size", default=1024, show_default=True, type=click.IntRange(0), help="Entry payload, bytes.")
+@click.option("--outstanding", default=10000, show_default=True, type=click.IntRange(1),
+              help="Adds in flight at most.")
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1), help="Write phase, s.")
+@click.option("--rate", default=None, type=click.IntRange(1), help="Open loop: this many adds/s.")
+@click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
+@click.option("--digest", default="CRC32C", show_default=True)
+@click.option("--read/--no-read", default=True, show_default=True, help="Sequential read phase afterwards.")
+@click.option("--tailing", default=2000, show_default=True, type=click.IntRange(0),
+              help="Entries for the tailing-read latency phase (0 = skip).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def ledger(metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding, duration, rate, protocol, digest,
+           read, tailing, as_json) -> None:
+    """Write throughput/latency, sequential read and tailing latency of one ledger through the client."""
+    from twisted.internet import defer, reactor
+
+    sys.setswitchinterval(0.0005)
+    outcome: dict = {}
+
+    async def main():
+        try:
+            outcome["result"] = await run_ledger_bench(reactor, metadata_uri, ensemble, write_quorum, ack_quorum,
+                                                       size, outstanding, duration, rate, protocol, digest, read,
+                                                       tailing)
+        except Exception as exc:
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            reactor.callLater(0, reactor.stop)
+
+    reactor.callWhenRunning(lambda: defer.Deferred.fromCoroutine(main()))
+    reactor.run()
+    if "error" in outcome:
+        raise click.ClickException(outcome["error"])
+    r = outcome["result"]
+    if as_json:
+        click.echo(json.dumps(r, sort_keys=True))
+        return
+    mode = f"open loop {rate}/s" if rate else f"<= {outstanding} outstanding"
+    click.echo(f"write: {r['adds']} adds of {size} B, E={ensemble} WQ={write_quorum} AQ={ack_quorum} {protocol}, "
+               f"{mode}: {r['adds_per_s']:,.0f} adds/s {r['mb_per_s']} MB/s, p50 {r['p50_ms']} ms p95 {r['p95_ms']} "
+               f"ms p99 {r['p99_ms']} ms p99.9 {r['p999_ms']} ms, errors {r['errors']}")
+    if "read" in r:
+        click.echo(f"read: {r['read']['entries']} entries sequentially: {r['read']['entries_per_s']:,.0f} entries/s")
+    if "tailing" in r:
+        t = r["tailing"]
+        click.echo(f"tailing: {t['entries']} entries write->visible p50 {t['p50_ms']} ms p99 {t['p99_ms']} ms "
+                   f"p99.9 {t['p999_ms']} ms")

@@ -1,0 +1,254 @@
+"""The blocking ledger API for scripts, notebooks and Spark executors.
+
+Same method names and semantics as the async API, but every call waits for its result. The Twisted
+reactor runs in a background thread (crochet), so this may be used from any thread, by many threads.
+
+    from bkfast import BookKeeper
+    with BookKeeper("zk+hierarchical://127.0.0.1:2181/ledgers") as bk:
+        with bk.create_ledger(3, 2, 2, password=b"pw") as lh:
+            lh.add_entry(b"hello")
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Iterable, Iterator
+
+import crochet
+
+from bkfast.errors import BKTimeoutException
+
+__all__ = ["BookKeeper", "BlockingLedgerHandle"]
+
+_setup_lock = threading.Lock()
+_setup_done = False
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def _ensure_reactor_thread() -> None:
+    global _setup_done
+    with _setup_lock:
+        if not _setup_done:
+            crochet.setup()
+            _setup_done = True
+
+
+@crochet.run_in_reactor
+def _in_reactor(fn, args, kwargs):
+    from twisted.internet import defer
+
+    result = fn(*args, **kwargs)
+    if inspect.iscoroutine(result):
+        return defer.Deferred.fromCoroutine(result)
+    return result
+
+
+def _wait(timeout: float, fn, *args, **kwargs):
+    try:
+        return _in_reactor(fn, args, kwargs).wait(timeout)
+    except crochet.TimeoutError:
+        raise BKTimeoutException(f"no result within {timeout} s from {getattr(fn, '__name__', fn)}") from None
+
+
+class BlockingLedgerHandle:
+    """A ledger handle whose calls block; wraps a `LedgerHandle` / `WriteHandle` of the async API."""
+
+    def __init__(self, handle, timeout: float):
+        self._handle = handle
+        self._timeout = timeout
+
+    # identity and state (read from the handle; plain attribute reads are safe across threads)
+    @property
+    def ledger_id(self) -> int:
+        return self._handle.ledger_id
+
+    id = ledger_id
+
+    @property
+    def scope_id(self) -> int:
+        return self._handle.scope_id
+
+    @property
+    def qualified_name(self) -> str:
+        return self._handle.qualified_name
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._handle.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self._handle.length
+
+    @property
+    def metadata(self):
+        return self._handle.metadata
+
+    @property
+    def is_closed(self) -> bool:
+        return self._handle.is_closed
+
+    @property
+    def async_handle(self):
+        """The underlying async handle (use only from the reactor thread)."""
+        return self._handle
+
+    # writes
+    def add_entry(self, *args) -> int:
+        """Append (`add_entry(data)`, or `add_entry(entry_id, data)` on an adv ledger); returns the entry id."""
+        return _wait(self._timeout, self._handle.add_entry, *args)
+
+    append = add_entry
+
+    def add_entry_async(self, *args):
+        """Start an add; returns a crochet EventualResult (`.wait(timeout)` gives the entry id)."""
+        return _in_reactor(self._handle.add_entry, args, {})
+
+    def add_entries(self, payloads: Iterable[bytes], max_outstanding: int = 1000) -> list[int]:
+        """Append many payloads with up to `max_outstanding` adds in flight; returns their entry ids."""
+        return _wait(self._timeout * 10, _pipelined_adds, self._handle, list(payloads), max_outstanding)
+
+    def force(self) -> int:
+        return _wait(self._timeout, self._handle.force)
+
+    def close(self) -> None:
+        _wait(self._timeout, self._handle.close)
+
+    # reads
+    def read_entries(self, first: int, last: int) -> list:
+        return _wait(self._timeout, self._handle.read_entries, first, last)
+
+    def read_unconfirmed_entries(self, first: int, last: int) -> list:
+        return _wait(self._timeout, self._handle.read_unconfirmed_entries, first, last)
+
+    def read_entry(self, entry_id: int):
+        return _wait(self._timeout, self._handle.read_entry, entry_id)
+
+    def read_last_add_confirmed(self) -> int:
+        return _wait(self._timeout, self._handle.read_last_add_confirmed)
+
+    def read_explicit_lac(self) -> int:
+        return _wait(self._timeout, self._handle.read_explicit_lac)
+
+    def read_lac_long_poll(self, previous_lac: int | None = None, timeout_ms: int = 10000) -> int:
+        return _wait(self._timeout + timeout_ms / 1000.0, self._handle.read_lac_long_poll, previous_lac, timeout_ms)
+
+    def refresh_metadata(self):
+        return _wait(self._timeout, self._handle.refresh_metadata)
+
+    def tail(self, start: int = 0, poll_timeout_ms: int = 1000, batch: int = 1000,
+             stop_when_closed: bool = True) -> Iterator:
+        """Yield entries from `start` as they become confirmed (long-poll LAC reads); ends once the
+        ledger is closed and fully read (unless `stop_when_closed` is False)."""
+        next_entry = start
+        while True:
+            lac = self._handle.last_add_confirmed
+            if next_entry <= lac:
+                last = min(lac, next_entry + batch - 1)
+                yield from self.read_entries(next_entry, last)
+                next_entry = last + 1
+                continue
+            if self._handle.is_closed:
+                if stop_when_closed:
+                    return
+            new_lac = self.read_lac_long_poll(next_entry - 1, poll_timeout_ms)
+            if new_lac < next_entry:
+                metadata = self.refresh_metadata()
+                if metadata.is_closed and next_entry > metadata.last_entry_id and stop_when_closed:
+                    return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Blocking{self._handle!r}"
+
+
+def _pipelined_adds(handle, payloads: list, max_outstanding: int):
+    from twisted.internet import defer
+
+    done = defer.Deferred()
+    ids: list[int] = [0] * len(payloads)
+    state = {"next": 0, "in_flight": 0, "completed": 0, "failed": False}
+
+    def on_ok(entry_id, index):
+        ids[index] = entry_id
+        state["in_flight"] -= 1
+        state["completed"] += 1
+        pump()
+
+    def on_err(failure):
+        state["in_flight"] -= 1
+        if not state["failed"]:
+            state["failed"] = True
+            done.errback(failure)
+
+    def pump():
+        if state["failed"] or done.called:
+            return
+        while state["next"] < len(payloads) and state["in_flight"] < max_outstanding:
+            index = state["next"]
+            state["next"] += 1
+            state["in_flight"] += 1
+            handle.add_entry(payloads[index]).addCallbacks(on_ok, on_err, callbackArgs=(index,))
+        if state["completed"] == len(payloads) and not done.called:
+            done.callback(ids)
+
+    pump()
+    return done
+
+
+class BookKeeper:
+    """Blocking client: ``BookKeeper(metadata_uri, **conf)`` (BookKeeper key names, or protocol="v3")."""
+
+    def __init__(self, metadata_uri: str, timeout: float = DEFAULT_TIMEOUT_S, **conf):
+        from .bookkeeper import AsyncBookKeeper
+
+        _ensure_reactor_thread()
+        self._timeout = timeout
+        self._bk = _wait(timeout, AsyncBookKeeper.connect, metadata_uri, None, **conf)
+
+    @property
+    def async_client(self):
+        return self._bk
+
+    def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, digest_type=None,
+                      password: bytes | str = b"", custom_metadata: dict | None = None,
+                      scope_id: int = 0) -> BlockingLedgerHandle:
+        handle = _wait(self._timeout, self._bk.create_ledger, ensemble_size, write_quorum, ack_quorum, digest_type,
+                       password, custom_metadata, scope_id)
+        return BlockingLedgerHandle(handle, self._timeout)
+
+    def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                          digest_type=None, password: bytes | str = b"", custom_metadata: dict | None = None,
+                          scope_id: int = 0, ledger_id: int | None = None) -> BlockingLedgerHandle:
+        handle = _wait(self._timeout, self._bk.create_ledger_adv, ensemble_size, write_quorum, ack_quorum,
+                       digest_type, password, custom_metadata, scope_id, ledger_id)
+        return BlockingLedgerHandle(handle, self._timeout)
+
+    def open_ledger(self, ledger_id: int, password: bytes | str = b"", recovery: bool = True,
+                    scope_id: int = 0) -> BlockingLedgerHandle:
+        handle = _wait(self._timeout, self._bk.open_ledger, ledger_id, password, recovery, scope_id)
+        return BlockingLedgerHandle(handle, self._timeout)
+
+    def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
+        _wait(self._timeout, self._bk.delete_ledger, ledger_id, scope_id)
+
+    def list_ledgers(self, scope_id: int = 0) -> list[int]:
+        return _wait(self._timeout, self._bk.list_ledgers, scope_id)
+
+    def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0):
+        return _wait(self._timeout, self._bk.get_ledger_metadata, ledger_id, scope_id)
+
+    def close(self) -> None:
+        _wait(self._timeout, self._bk.close)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
