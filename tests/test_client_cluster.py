@@ -327,3 +327,44 @@ def test_speculative_read_goes_to_the_next_replica(running):
                 pytest.fail("the read waited for the frozen bookie instead of asking the next replica")
         finally:
             os.kill(frozen.pid, signal.SIGCONT)
+
+
+ASYNCIO_SCRIPT = """
+import asyncio, sys
+from twisted.internet import asyncioreactor
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
+asyncioreactor.install(loop)
+from twisted.internet import reactor
+from bkfast.client import AsyncBookKeeper
+
+async def main(loop):
+    bk = await AsyncBookKeeper.connect(sys.argv[1], reactor).asFuture(loop)
+    lh = await bk.create_ledger(3, 2, 2, password=b"aio").asFuture(loop)
+    ids = [await lh.add_entry(b"aio-%d" % i).asFuture(loop) for i in range(20)]
+    await lh.close().asFuture(loop)
+    rh = await bk.open_ledger(lh.ledger_id, b"aio").asFuture(loop)
+    entries = await rh.read_entries(0, 19).asFuture(loop)
+    assert [e.data for e in entries] == [b"aio-%d" % i for i in range(20)] and ids == list(range(20))
+    await bk.close().asFuture(loop)
+    print("asyncio ok", lh.ledger_id)
+
+def run():
+    task = loop.create_task(main(loop))
+    task.add_done_callback(lambda t: reactor.stop())
+    reactor.run()
+    task.result()
+
+run()
+"""
+
+
+def test_async_api_awaitable_from_asyncio(running):
+    """The Deferred API under Twisted's asyncio reactor, awaited from asyncio coroutines."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", ASYNCIO_SCRIPT, running.metadata_uri], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "asyncio ok" in proc.stdout
