@@ -41,6 +41,7 @@ async def _write_phase(reactor, lh, size: int, outstanding: int, duration: float
     latencies: list[float] = []
     state = {"in_flight": 0, "ok": 0, "errors": 0, "issued": 0, "error": None}
     done = defer.Deferred()
+    cpu_started = time.process_time()
     started = time.perf_counter()
     deadline = started + duration
 
@@ -95,7 +96,9 @@ async def _write_phase(reactor, lh, size: int, outstanding: int, duration: float
     await done
     ticker.stop()
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     result = {"adds": state["ok"], "errors": state["errors"], "duration_s": round(elapsed, 3),
+              "client_cpu_us_per_add": round(cpu / state["ok"] * 1e6, 2) if state["ok"] else None,
               "adds_per_s": round(state["ok"] / elapsed, 1), "mb_per_s": round(state["ok"] * size / elapsed / 1e6, 2)}
     if state["error"]:
         result["first_error"] = state["error"]
@@ -230,7 +233,8 @@ def ledger(metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding, 
     mode = f"open loop {rate}/s" if rate else f"<= {outstanding} outstanding"
     click.echo(f"write: {r['adds']} adds of {size} B, E={ensemble} WQ={write_quorum} AQ={ack_quorum} {protocol}, "
                f"{mode}: {r['adds_per_s']:,.0f} adds/s {r['mb_per_s']} MB/s, p50 {r['p50_ms']} ms p95 {r['p95_ms']} "
-               f"ms p99 {r['p99_ms']} ms p99.9 {r['p999_ms']} ms, errors {r['errors']}")
+               f"ms p99 {r['p99_ms']} ms p99.9 {r['p999_ms']} ms, errors {r['errors']}, "
+               f"client CPU {r['client_cpu_us_per_add']} us/add")
     if "read" in r:
         click.echo(f"read: {r['read']['entries']} entries sequentially: {r['read']['entries_per_s']:,.0f} entries/s")
     if "tailing" in r:

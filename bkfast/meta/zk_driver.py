@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,7 +36,6 @@ from twisted.python.threadpool import ThreadPool
 from bkfast.errors import (
     BKError,
     BKLedgerExistException,
-    BKLedgerIdOverflowException,
     BKMetadataVersionException,
     BKNoSuchLedgerExistsException,
     BKZKException,
@@ -49,9 +47,9 @@ from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
 from .registration import BookieRegistration, split_bookie_id
+from .zk_idgen import IDGEN_LONG, ZkIdGeneration
 from .zk_layout import (
     AVAILABLE,
-    IDGEN,
     LAYOUT,
     READONLY,
     MetadataError,
@@ -64,8 +62,6 @@ __all__ = ["ZkMetadataDriver", "bookie_info_from_data", "new_ctoken", "IDGEN_LON
 
 log = logging.getLogger(__name__)
 
-IDGEN_LONG = "idgen-long"
-_HOB = re.compile(r"HOB-(\d+)")
 _RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError, RetryFailedError,
               ConnectionClosedError)
 
@@ -104,7 +100,7 @@ def bookie_info_from_data(bookie_id: str, data: bytes, read_only: bool) -> Booki
     return BookieInfo(bookie_id, host, int(port), props, read_only)
 
 
-class ZkMetadataDriver(MetadataDriver):
+class ZkMetadataDriver(ZkIdGeneration, MetadataDriver):
     """``zk+<layout>://host:port[,host:port]/ledgers`` (``;`` also separates hosts). The cluster's LAYOUT
     znode decides the layout; the URI's layout is only a hint. Pass `client` to share a started
     KazooClient (it is then not stopped by close())."""
@@ -254,77 +250,6 @@ class ZkMetadataDriver(MetadataDriver):
     # --- ledger ids ---------------------------------------------------------------------------------
     def generate_ledger_id(self) -> defer.Deferred:
         return self._in_pool(self._generate_blocking)
-
-    def _generate_blocking(self) -> int:
-        with self._idgen_lock:
-            if self.layout == "flat":
-                lid = self._sequence_id(zk_path(self.root, IDGEN, "ID-"))
-                if lid is None:
-                    raise BKLedgerIdOverflowException(f"ledger ids under {zk_path(self.root, IDGEN)} reached "
-                                                      f"{self.short_id_limit} and the flat layout has no long ids")
-                return lid
-            long_path = zk_path(self.root, IDGEN_LONG)
-            if self._long_ids is None:
-                self._long_ids = self._call(f"exists {long_path}", self.zk.exists_async, long_path) is not None
-            if not self._long_ids:
-                lid = self._sequence_id(zk_path(self.root, IDGEN, "ID-"))
-                if lid is not None:
-                    return lid
-                log.info("short ledger ids overflowed at %d; switching to %s", self.short_id_limit, long_path)
-                try:
-                    self._call(f"create {long_path}", self.zk.create_async, long_path, b"", makepath=True)
-                except NodeExistsError:
-                    pass
-                self._long_ids = True
-            return self._long_id(long_path)
-
-    def _sequence_id(self, prefix: str) -> int | None:
-        """ZkLedgerIdGenerator: an ephemeral-sequential node, deleted right away; None on overflow."""
-        created = self._call(f"create {prefix}", self.zk.create_async, prefix, b"",
-                             ephemeral=True, sequence=True, makepath=True)
-        self.zk.delete_async(created).rawlink(_log_failed_delete(created))
-        try:
-            seq = int(created[len(prefix):])
-        except ValueError:
-            raise BKZKException(f"id generator node {created} has no sequence number") from None
-        return seq if 0 <= seq < self.short_id_limit else None
-
-    def _long_id(self, gen_path: str) -> int:
-        """LongZkLedgerIdGenerator: id = (high << 32) | low, low from ``HOB-<high>/ID-`` sequences."""
-        for _ in range(64):
-            refreshed = False
-            if self._hobs is None:
-                self._hobs = self._call(f"children {gen_path}", self.zk.get_children_async, gen_path)
-                refreshed = True
-            highs = sorted(int(m.group(1)) for m in map(_HOB.fullmatch, self._hobs) if m)
-            if not highs:
-                self._hobs = None
-                if refreshed:
-                    self._create_hob(gen_path, 1)
-                continue
-            high = highs[-1]
-            low = self._sequence_id(f"{gen_path}/HOB-{high:010d}/ID-")
-            if len(highs) > 3:                          # keep the 3 newest HOB directories
-                self._hobs = None
-                for old in highs[:-3]:
-                    self.zk.delete_async(f"{gen_path}/HOB-{old:010d}", version=0).rawlink(
-                        _log_failed_delete(f"{gen_path}/HOB-{old:010d}", logging.DEBUG))
-            if low is None:
-                if high + 1 >= 2**31:
-                    raise BKLedgerIdOverflowException(f"ledger id space exhausted under {gen_path}")
-                self._create_hob(gen_path, high + 1)
-                continue
-            return (high << 32) | low
-        raise BKZKException(f"could not generate a long ledger id under {gen_path}")
-
-    def _create_hob(self, gen_path: str, high: int) -> None:
-        path = f"{gen_path}/HOB-{high:010d}"
-        log.info("ledger id generator: new high-order directory %s", path)
-        try:
-            self._call(f"create {path}", self.zk.create_async, path, b"", makepath=True)
-        except NodeExistsError:
-            pass
-        self._hobs = None
 
     # --- ledger metadata ----------------------------------------------------------------------------
     def create_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata) -> defer.Deferred:
@@ -606,14 +531,3 @@ def _start_watch(kind, zk, path, func) -> None:
         except KazooException as e:
             log.warning("could not set a watch on %s: %r", path, e)
     threading.Thread(target=run, name=f"bk-zk-watch-{path}", daemon=True).start()
-
-
-def _log_failed_delete(path: str, level: int = logging.WARNING):
-    def done(ar):
-        try:
-            ar.get_nowait()
-        except NoNodeError:
-            pass
-        except Exception as e:
-            log.log(level, "deleting %s failed: %r", path, e)
-    return done
