@@ -71,7 +71,10 @@ class _EntryRead:
         self.pending += 1
         self.sent_at = time.monotonic()
         h = self.batch.handle
-        d = h.bookie_client.read_entry(bookie, h.ledger_id, self.entry_id, scope_id=h.scope_id)
+        client = h.bookie_client
+        if not h.scope_id and client.read_entry_to(_entry_read_done, self, bookie, h.ledger_id, self.entry_id):
+            return True
+        d = client.read_entry(bookie, h.ledger_id, self.entry_id, scope_id=h.scope_id)
         d.addCallbacks(self._ok, self._error, errbackArgs=(bookie,))
         return True
 
@@ -101,6 +104,17 @@ class _EntryRead:
             self.batch.entry_failed(self, _worst_error(self.errors, self.batch.handle.ledger_id, self.entry_id))
 
 
+def _entry_read_done(request, data, error) -> None:
+    """Completion of a fast-path bookie read (BookieClient.read_entry_to)."""
+    read = request.add
+    if error is None:
+        read._ok(data)
+    else:
+        read.pending -= 1
+        if not read.done:
+            read._failed(error)
+
+
 class _ReadBatch:
     """Reads entries [first, last] with at most `window` in flight; fires with the list, in order."""
 
@@ -118,6 +132,8 @@ class _ReadBatch:
         spec_ms = handle.conf.get("speculativeReadTimeout")
         self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
         self.sweeper = None
+        self._sets_of = None
+        self._sets: dict = {}
 
     def start(self) -> defer.Deferred:
         if self.remaining <= 0:
@@ -134,11 +150,23 @@ class _ReadBatch:
 
     def _fill(self):
         md = self.handle.metadata
+        if self._sets_of is not md:
+            self._sets_of = md
+            self._sets = {}     # (segment index, e % E) -> bookies: one write set per segment and offset
+        sets = self._sets
+        firsts = [first for first, _ in md.ensembles]
+        segment = 0
+        E, WQ = md.ensemble_size, md.write_quorum_size
         while self.next_entry <= self.last and len(self.in_flight) < self.window and not self.failed:
             e = self.next_entry
             self.next_entry += 1
-            ensemble = md.ensemble_at(e)
-            bookies = [ensemble[i] for i in write_set(e, md.ensemble_size, md.write_quorum_size)]
+            while segment + 1 < len(firsts) and firsts[segment + 1] <= e:
+                segment += 1
+            key = (segment, e % E)
+            bookies = sets.get(key)
+            if bookies is None:
+                ensemble = md.ensembles[segment][1]
+                bookies = sets[key] = [ensemble[i] for i in write_set(e, E, WQ)]
             read = _EntryRead(self, e, bookies)
             self.in_flight[e] = read
             read.send_next()

@@ -17,6 +17,7 @@ from collections import deque
 
 from twisted.internet import defer, task
 
+from bkfast.codec import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD, encode_add_request_for_entry
 from bkfast.errors import (
     BKDuplicateEntryIdException,
     BKError,
@@ -39,10 +40,11 @@ __all__ = ["WriteHandle", "WriteHandleAdv"]
 log = logging.getLogger(__name__)
 
 _ENDS_WRITER = (BKLedgerFencedException, BKUnauthorizedAccessException)
+_RECOVERY_FLAGS = FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY
 
 
 class _PendingAdd:
-    __slots__ = ("entry_id", "entry", "length", "acked", "bookies", "deferred", "done")
+    __slots__ = ("entry_id", "entry", "length", "acked", "bookies", "deferred", "done", "frame")
 
     def __init__(self, entry_id: int, entry: bytes, length: int):
         self.entry_id = entry_id
@@ -52,6 +54,7 @@ class _PendingAdd:
         self.bookies: list[str] | None = None      # None until sent
         self.deferred = defer.Deferred()
         self.done = False
+        self.frame = None                            # the v2 ADD request, built on first send
 
 
 class WriteHandle(LedgerHandle):
@@ -136,10 +139,19 @@ class WriteHandle(LedgerHandle):
 
     def _send(self, pending: _PendingAdd, only: set[str] | None = None) -> None:
         pending.bookies = self._write_bookies(pending.entry_id)
-        add = self.bookie_client.add_entry
+        client = self.bookie_client
+        add = client.add_entry
+        fast = client.add_frame_to if not self.scope_id and client.v2_by_default else None
         for bookie in pending.bookies:
             if bookie in pending.acked or (only is not None and bookie not in only):
                 continue
+            if fast is not None:
+                frame = pending.frame
+                if frame is None:       # one v2 frame serves every bookie of the write set
+                    frame = pending.frame = encode_add_request_for_entry(
+                        self.digest.master_key, pending.entry, _RECOVERY_FLAGS if self._recovery else 0)
+                if fast(self._add_done, pending, bookie, self.ledger_id, pending.entry_id, frame):
+                    continue
             d = add(bookie, self.ledger_id, pending.entry_id, pending.entry, self.digest.master_key,
                     recovery=self._recovery, high_priority=self._recovery, scope_id=self.scope_id)
             if type(d) is PendingRequest and not d.called:
@@ -151,10 +163,20 @@ class WriteHandle(LedgerHandle):
                 d.addCallbacks(self._add_ok, self._add_failed, (pending, bookie), None, (pending, bookie))
 
     def _add_done(self, request, _result, error) -> None:
-        if error is None:
-            self._add_ok(None, request.add, request.bookie)
-        else:
-            self._add_error(error, request.add, request.bookie)
+        pending = request.add
+        if error is not None:
+            self._add_error(error, pending, request.bookie)
+            return
+        # _add_ok, inlined: this runs once per bookie acknowledgement
+        bookie = request.bookie
+        if pending.done or pending.bookies is None or bookie not in pending.bookies:
+            return
+        acked = pending.acked
+        acked.add(bookie)
+        if len(acked) >= self._ack_quorum:
+            pending.done = True
+            if pending is self._pending[0] and not self._changing_ensemble:
+                self._drain()
 
     def _add_ok(self, _result, pending: _PendingAdd, bookie: str) -> None:
         if pending.done or pending.bookies is None or bookie not in pending.bookies:
@@ -193,7 +215,7 @@ class WriteHandle(LedgerHandle):
             pending_adds.popleft()
             self.last_add_confirmed = head.entry_id
             self.confirmed_length = head.length
-            head.entry = b""
+            head.entry = head.frame = None
             head.deferred.callback(head.entry_id)
         if not pending_adds and self._drained_waiters:
             waiters, self._drained_waiters = self._drained_waiters, []

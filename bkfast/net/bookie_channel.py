@@ -128,6 +128,35 @@ class PendingRequest(Deferred):
             self.errback(error)
 
 
+class SinkRequest:
+    """A request whose completion calls `sink(request, result, error)`: no Deferred at all (the ledger
+    client's adds; one object per bookie write on the hottest path). `add` and `bookie` are the
+    caller's context. Same interface as PendingRequest for matching, timeouts and failures."""
+
+    __slots__ = ("kind", "ledger_id", "entry_id", "started", "deadline", "done", "seq", "sink", "add", "bookie")
+
+    def __init__(self, kind, ledger_id, entry_id, started, deadline, seq, sink, add, bookie):
+        self.kind = kind
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.started = started
+        self.deadline = deadline
+        self.done = False
+        self.seq = seq
+        self.sink = sink
+        self.add = add
+        self.bookie = bookie
+
+    def callback(self, result) -> None:
+        self.sink(self, result, None)
+
+    def errback(self, fail=None) -> None:
+        self.sink(self, None, getattr(fail, "value", fail))
+
+    context = PendingRequest.context
+    fail = PendingRequest.fail
+
+
 def _queue_put(table: dict, key, req) -> None:
     cur = table.get(key)
     if cur is None:

@@ -56,6 +56,7 @@ from bkfast.net.bookie_channel import (
     LongPollResult,
     PendingRequest,
     ReadLacResult,
+    SinkRequest,
 )
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
@@ -204,6 +205,29 @@ class BookieClient:
         return r
 
     # --- adds and reads ---------------------------------------------------------------------------------
+    @property
+    def v2_by_default(self) -> bool:
+        return not self.default_v3
+
+    def add_frame_to(self, sink, add, bookie_id: str, ledger_id: int, entry_id: int, frame: bytes) -> bool:
+        """The ledger client's fast path of a v2 add: `frame` is the complete v2 ADD request
+        (codec.encode_add_request_for_entry; one frame serves every bookie of a write set); completion
+        calls sink(request, None, error) with `request.add` / `request.bookie` set, and no Deferred is
+        made. Returns False (nothing sent) when the general path is needed: a closed client or a
+        bookie that cannot be resolved."""
+        if self.closed:
+            return False
+        try:
+            ch = self._channel(bookie_id, False, ledger_id)
+        except BKError:
+            return False
+        self.seq = seq = self.seq + 1
+        now = _monotonic()
+        timeout = self.add_timeout
+        ch.send_v2(frame, SinkRequest(K_ADD, ledger_id, entry_id, now, now + timeout if timeout > 0 else _INF, seq,
+                                      sink, add, bookie_id))
+        return True
+
     def add_entry(self, bookie_id: str, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes, *,
                   recovery: bool = False, high_priority: bool = False, deferred_sync: bool = False,
                   scope_id: int = 0, protocol: str | None = None) -> defer.Deferred:
@@ -249,6 +273,24 @@ class BookieClient:
         except (ValueError, TypeError) as err:
             return defer.fail(BKIncorrectParameterException(
                 f"bad add of ledger {ledger_id} entry {entry_id} for bookie {bookie_id}: {err}"))
+
+    def read_entry_to(self, sink, context, bookie_id: str, ledger_id: int, entry_id: int) -> bool:
+        """Fast path of a plain v2 read (no fence, normal priority): completion calls
+        sink(request, entry_bytes, error) with `request.add` = `context`. False when the read needs the
+        general path (v3, a closed client, an unresolvable bookie); nothing is sent then."""
+        if self.default_v3 or self.closed:
+            return False
+        try:
+            ch = self._channel(bookie_id, False, ledger_id)
+        except BKError:
+            return False
+        frame = encode_read_request(ledger_id, entry_id, 0, None)
+        self.seq = seq = self.seq + 1
+        now = _monotonic()
+        timeout = self.read_timeout
+        ch.send_v2(frame, SinkRequest(K_READ, ledger_id, entry_id, now, now + timeout if timeout > 0 else _INF, seq,
+                                      sink, context, bookie_id))
+        return True
 
     def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
                    master_key: bytes | None = None, high_priority: bool = False, scope_id: int = 0,
