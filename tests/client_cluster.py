@@ -14,14 +14,14 @@ from bkfast.meta import zk_layout
 
 
 class Cluster:
-    def __init__(self, zk_connect: str, data_dir: Path, bookies: int):
+    def __init__(self, zk_connect: str, data_dir: Path, bookies: int, **bookie_conf: str):
         self.root = f"/bk-{uuid.uuid4().hex[:12]}/ledgers"
         self.metadata_uri = f"zk+hierarchical://{zk_connect}{self.root}"
         self.zk = KazooClient(hosts=zk_connect, timeout=15.0)
         self.zk.start(timeout=30)
         zk_layout.init_new_cluster(self.zk, self.root)
         self.bookies = [LocalBookie(data_dir / f"bookie-{i}", free_port(), self.metadata_uri,
-                                    {"journalMaxGroupWaitMSec": "1"})
+                                    {"journalMaxGroupWaitMSec": "1", **bookie_conf})
                         for i in range(bookies)]
         start_bookies(self.bookies)
         self.wait_registered(len(self.bookies))
