@@ -10,6 +10,7 @@ that cannot be reached within the operation's time bound).
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -43,73 +44,76 @@ class BookieInfo:
     read_only: bool = False
 
     @property
+    @abc.abstractmethod
     def supports_scope_ids(self) -> bool:
         return self.properties.get("bkfast.scopeIds") == "1"
 
 
-class MetadataDriver:
-    """Abstract base; see the module docstring. `start()` before use, `close()` after."""
+class MetadataDriver(abc.ABC):
+    """The interface; see the module docstring. `start()` before use, `close()` after."""
 
     uri: str
 
+    @abc.abstractmethod
     def start(self) -> Deferred:
         """Connect / open the store. Fires with self."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def close(self) -> Deferred:
-        raise NotImplementedError
+        """Release the connection / store; fires when done."""
 
     # --- ledgers ------------------------------------------------------------------------------------
+    @abc.abstractmethod
     def generate_ledger_id(self) -> Deferred:
         """A new scope-0 ledger id (int), unique in this cluster."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def create_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata) -> Deferred:
         """Store new metadata; fires with Versioned. BKLedgerExistException if the ledger exists
         (a retried create whose cToken is ours counts as success)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read_ledger_metadata(self, ledger: LedgerId) -> Deferred:
         """Fires with Versioned; BKNoSuchLedgerExistsException if absent."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata, expected_version: int) -> Deferred:
         """CAS update; fires with the new Versioned. BKMetadataVersionException when the stored
         version differs, BKNoSuchLedgerExistsException when the ledger is gone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def remove_ledger_metadata(self, ledger: LedgerId, expected_version: int = -1) -> Deferred:
         """Delete (version -1 = any). BKNoSuchLedgerExistsException if absent."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def list_ledgers(self, scope_id: int = 0) -> Deferred:
         """Sorted list of the ledger ids (ints) of one scope."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ledgers_exist(self, ledgers: Iterable[LedgerId]) -> Deferred:
         """The subset (a set of LedgerId) that has metadata. Fails (never guesses) if the store
         cannot answer, so a caller such as GC never deletes a ledger on a failed read."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def watch_ledger_metadata(self, ledger: LedgerId, listener: Callable[[Versioned | None], None]) -> Cancel:
         """Call listener with each new Versioned (None once deleted) until the returned cancel is called."""
-        raise NotImplementedError
 
     # --- bookies ------------------------------------------------------------------------------------
+    @abc.abstractmethod
     def get_bookies(self, read_only: bool = False) -> Deferred:
         """dict bookie_id -> BookieInfo of the writable (or read-only) bookies."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def watch_bookies(self, listener: Callable[[dict, dict], None]) -> Cancel:
         """listener(writable, read_only) now and on every change, until cancelled."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def register_bookie(self, bookie_id: str, service_info: bytes, read_only: bool = False) -> Deferred:
         """Register (ephemeral in ZooKeeper: lives as long as this driver's session)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def unregister_bookie(self, bookie_id: str) -> Deferred:
-        raise NotImplementedError
+        """Remove this driver's registration of `bookie_id`."""
 
 
 def open_metadata_driver(uri: str, **options) -> MetadataDriver:
