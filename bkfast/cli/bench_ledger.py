@@ -106,7 +106,7 @@ async def _write_phase(reactor, lh, size: int, outstanding: int, duration: float
     return result
 
 
-async def _read_phase(bk, ledger_id: int, password: bytes, last: int, batch: int = 1000) -> dict:
+async def _read_phase(bk, ledger_id: int, password: bytes, last: int, batch: int = 10000) -> dict:
     rh = await bk.open_ledger(ledger_id, password, recovery=False)
     started = time.perf_counter()
     count = 0

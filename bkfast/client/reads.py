@@ -134,6 +134,7 @@ class _ReadBatch:
         self.sweeper = None
         self._sets_of = None
         self._sets: dict = {}
+        self._firsts: list[int] = []
 
     def start(self) -> defer.Deferred:
         if self.remaining <= 0:
@@ -153,8 +154,9 @@ class _ReadBatch:
         if self._sets_of is not md:
             self._sets_of = md
             self._sets = {}     # (segment index, e % E) -> bookies: one write set per segment and offset
+            self._firsts = [first for first, _ in md.ensembles]
         sets = self._sets
-        firsts = [first for first, _ in md.ensembles]
+        firsts = self._firsts
         segment = 0
         E, WQ = md.ensemble_size, md.write_quorum_size
         while self.next_entry <= self.last and len(self.in_flight) < self.window and not self.failed:
