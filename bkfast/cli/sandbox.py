@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -185,7 +186,7 @@ def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
 @click.option("--bookies", "num_bookies", type=click.IntRange(1, 64), default=3, show_default=True,
               help="Number of bookie processes.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where bookies and metadata keep their data (default: a new temporary dir).")
+              help="Where bookies and metadata keep their data (default: a new temporary dir, removed on exit).")
 @click.option("--zk", "start_zk", is_flag=True, default=False,
               help="Start a local ZooKeeper (Debian's zookeeper package) instead of embedded metadata.")
 @click.option("--zk-connect", default=None, metavar="HOST:PORT", help="Use this running ZooKeeper.")
@@ -198,7 +199,8 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exi
         raise click.UsageError("--zk and --zk-connect exclude each other")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if data_dir is None:
+    temporary = data_dir is None
+    if temporary:
         data_dir = Path(tempfile.mkdtemp(prefix="bkfast-sandbox-"))
     cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect)
     signal.signal(signal.SIGTERM, _raise_stop)
@@ -222,4 +224,8 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exi
         code = 1
     finally:
         cluster.stop()
+        if temporary:
+            # a sandbox without --data-dir is throw-away: nothing else can reopen its temp dir
+            shutil.rmtree(data_dir, ignore_errors=True)
+            click.echo(f"removed {data_dir}")
     sys.exit(code)
