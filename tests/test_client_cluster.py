@@ -368,3 +368,19 @@ def test_async_api_awaitable_from_asyncio(running):
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "asyncio ok" in proc.stdout
+
+
+def test_a_program_that_never_closes_its_client_still_exits(running):
+    import subprocess
+    import sys
+
+    script = ("from bkfast import BookKeeper\n"
+              "import sys\n"
+              "bk = BookKeeper(sys.argv[1])\n"
+              "lh = bk.create_ledger(3, 2, 2, password=b'p')\n"
+              "lh.add_entry(b'x')\n"
+              "print('added', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script, running.metadata_uri], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "added" in proc.stdout

@@ -191,8 +191,8 @@ class _ReadBatch:
         if self.remaining == 0:
             self._finish()
             self.deferred.callback(self.results)
-        else:
-            self._fill()
+        elif self.next_entry <= self.last and len(self.in_flight) <= self.window >> 1:
+            self._fill()            # refill in bulk, not one read per completion
 
     def entry_failed(self, read: _EntryRead, exc: BaseException):
         self.in_flight.pop(read.entry_id, None)

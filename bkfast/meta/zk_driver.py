@@ -100,6 +100,15 @@ def bookie_info_from_data(bookie_id: str, data: bytes, read_only: bool) -> Booki
     return BookieInfo(bookie_id, host, int(port), props, read_only)
 
 
+class _DaemonThreadPool(ThreadPool):
+    """Daemon threads: a program that forgets to close its client must still be able to exit (kazoo's
+    own threads are daemons too)."""
+
+    @staticmethod
+    def threadFactory(*args, **kwargs):
+        return threading.Thread(*args, daemon=True, **kwargs)
+
+
 class ZkMetadataDriver(ZkIdGeneration, MetadataDriver):
     """``zk+<layout>://host:port[,host:port]/ledgers`` (``;`` also separates hosts). The cluster's LAYOUT
     znode decides the layout; the URI's layout is only a hint. Pass `client` to share a started
@@ -118,7 +127,7 @@ class ZkMetadataDriver(ZkIdGeneration, MetadataDriver):
         self.short_id_limit = lp.SHORT_ID_LIMIT      # Java's Integer.MAX_VALUE; lowered only by tests
         self.zk = client
         self._own_client = client is None
-        self._pool = ThreadPool(minthreads=1, maxthreads=max_threads, name=f"bk-zk-meta-{self.root}")
+        self._pool = _DaemonThreadPool(minthreads=1, maxthreads=max_threads, name=f"bk-zk-meta-{self.root}")
         self._idgen_lock = threading.Lock()
         self._local = threading.local()
         self._long_ids: bool | None = None           # idgen-long present? (None = not checked yet)
