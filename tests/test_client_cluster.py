@@ -384,3 +384,36 @@ def test_a_program_that_never_closes_its_client_still_exits(running):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "added" in proc.stdout
+
+
+def test_two_bookies_die_at_once_while_writing(running):
+    """Two of the three ensemble bookies are killed together: both are replaced (the remaining two
+    bookies of the cluster), and every acknowledged entry survives on the new ensemble."""
+    with _client(running, addEntryTimeoutSec=5) as bk:
+        lh = bk.create_ledger(3, 3, 2, digest_type="CRC32C", password=PASSWORD)
+        ensemble = lh.metadata.ensembles[0][1]
+        payloads = [b"two-%d" % i for i in range(4000)]
+        acked: list[int] = []
+        errors: list[BaseException] = []
+
+        def writer():
+            try:
+                for start in range(0, len(payloads), 400):
+                    acked.extend(lh.add_entries(payloads[start:start + 400], max_outstanding=100))
+            except BaseException as exc:  # recorded for the assertion below
+                errors.append(exc)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        while len(acked) < 800 and thread.is_alive():
+            time.sleep(0.01)
+        victims = [running.by_id(ensemble[0]), running.by_id(ensemble[2])]
+        for victim in victims:
+            victim.kill()
+        thread.join(120)
+        assert not errors, errors
+        assert acked == list(range(len(payloads)))
+        last = lh.metadata.ensembles[-1][1]
+        assert not {v.bookie_id for v in victims} & set(last)
+        assert [e.data for e in lh.read_entries(0, len(payloads) - 1)] == payloads
+        lh.close()

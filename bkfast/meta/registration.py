@@ -154,8 +154,10 @@ class BookieRegistration:
     def _create(self, path: str) -> None:
         """Create the ephemeral node, waiting (up to the session timeout) for a previous session's node
         to expire; re-use a node our own session already owns."""
+        # ZooKeeper expires a dead session only at a tick boundary after its timeout, so a bookie that
+        # restarts right after a crash may wait a little longer than one session timeout.
         deadline = time.monotonic() + (self.wait_expired_timeout if self.wait_expired_timeout is not None
-                                       else getattr(self.zk, "_session_timeout", 10000) / 1000.0)
+                                       else 2 * getattr(self.zk, "_session_timeout", 10000) / 1000.0 + 1.0)
         while True:
             try:
                 self.zk.create(path, self.service_info, ephemeral=True, makepath=True)
