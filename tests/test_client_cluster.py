@@ -417,3 +417,24 @@ def test_two_bookies_die_at_once_while_writing(running):
         assert not {v.bookie_id for v in victims} & set(last)
         assert [e.data for e in lh.read_entries(0, len(payloads) - 1)] == payloads
         lh.close()
+
+
+@pytest.mark.parametrize("extra", [[], ["--rate", "2000", "--protocol", "v3"]])
+def test_bench_ledger_json(running, extra):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "bkfast.cli.main", "bench", "ledger", "--metadata-uri",
+                           running.metadata_uri, "--duration", "1", "--outstanding", "200", "--size", "512",
+                           "--tailing", "50", "--json", *extra], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    for key in ("adds_per_s", "p50_ms", "p95_ms", "p99_ms", "p999_ms"):
+        assert result[key] is not None and result[key] > 0, key
+    assert result["errors"] == 0 and result["adds"] > 0
+    assert result["read"]["entries"] == result["adds"]
+    assert result["tailing"]["entries"] == 50
+    with _client(running) as bk:
+        md = bk.get_ledger_metadata(result["ledger_id"])
+        assert md.is_closed and md.last_entry_id == result["adds"] - 1
