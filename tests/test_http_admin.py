@@ -166,3 +166,26 @@ def test_readonly_switch_moves_the_zookeeper_registration(zookeeper_server, tmp_
         stop(proc)
         zk.stop()
         zk.close()
+
+
+def test_gc_trigger_details_and_metrics(admin_bookie):
+    port = admin_bookie.http_port
+    status, body = http(port, "/api/v1/bookie/gc", "PUT", {"forceMajor": True, "forceMinor": False})
+    assert status == 200 and json.loads(body) == {"triggered": True, "forceMajor": True, "forceMinor": False}
+    assert http(port, "/api/v1/bookie/gc", "PUT", {"forceMajor": "yes"})[0] == 400
+    import time
+
+    deadline = time.monotonic() + 20
+    details = {}
+    while time.monotonic() < deadline:
+        details = json.loads(http(port, "/api/v1/bookie/gc_details")[1])
+        if details["cycles"] >= 1:
+            break
+        time.sleep(0.1)
+    assert details["cycles"] >= 1 and details["last_gc_time"] and details["last_major_compaction_time"]
+    assert {"logs", "bytes_reclaimed", "read_only", "disk_usage"} <= set(details)
+    assert json.loads(http(port, "/api/v1/bookie/gc")[1]) == {"is_in_force_gc": "false"}
+    metrics = http(port, "/metrics")[1]
+    assert sample(metrics, "bookie_gc_cycles_total") >= 1
+    assert sample(metrics, "bookie_gc_last_run_timestamp_seconds") > 0
+    assert sample(metrics, "bookie_major_compaction_last_timestamp_seconds") > 0

@@ -18,6 +18,8 @@ Names follow BookKeeper's stats where it has one, with a `bookie_` prefix:
   bookie_read_only                          1 when the bookie refuses normal adds
   bookie_connections                        open client connections
   bookie_pending_adds                       adds accepted and not yet answered
+  bookie_gc_*_total, bookie_gc_last_run_timestamp_seconds, bookie_{minor,major}_compaction_last_timestamp_seconds,
+  bookie_entry_log_{live,total}_bytes       garbage collection and compaction, from the collector's state
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 from time import perf_counter
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bkfast.errors import v2_rc_for
 
@@ -63,6 +65,50 @@ class _JournalCollector:
             family = CounterMetricFamily(name, doc)
             family.add_metric([], float(getattr(journal, attr, 0) if journal is not None else 0))
             yield family
+
+
+class _GcCollector:
+    """Garbage collection and compaction state, read from the bookie's collector at scrape time."""
+
+    def __init__(self, bookie):
+        self.bookie = bookie
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        gc = getattr(self.bookie, "gc", None)
+        if gc is None:
+            return
+        state = gc.state()
+        for name, doc, key in (
+            ("bookie_gc_cycles", "Garbage collection cycles run", "cycles"),
+            ("bookie_gc_ledgers_deleted", "Ledgers dropped because their metadata is gone", "ledgers_deleted"),
+            ("bookie_gc_entry_logs_deleted", "Entry logs deleted (no live data, or compacted)", "logs_deleted"),
+            ("bookie_gc_entry_logs_compacted", "Entry logs compacted", "logs_compacted"),
+            ("bookie_gc_entries_copied", "Live entries copied by compaction", "entries_copied"),
+            ("bookie_gc_bytes_reclaimed", "Entry log bytes reclaimed", "bytes_reclaimed"),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], float(state.get(key) or 0))
+            yield family
+        for name, doc, key in (
+            ("bookie_gc_last_run_timestamp_seconds", "When the last GC cycle ended (0: never)", "last_gc_time"),
+            ("bookie_minor_compaction_last_timestamp_seconds", "Last minor compaction (0: never)",
+             "last_minor_compaction_time"),
+            ("bookie_major_compaction_last_timestamp_seconds", "Last major compaction (0: never)",
+             "last_major_compaction_time"),
+        ):
+            family = GaugeMetricFamily(name, doc)
+            family.add_metric([], float(state.get(key) or 0))
+            yield family
+        logs = state.get("logs") or []
+        live = GaugeMetricFamily("bookie_entry_log_live_bytes", "Live bytes in entry logs (as of the last GC)")
+        live.add_metric([], float(sum(entry["live_bytes"] for entry in logs)))
+        yield live
+        total = GaugeMetricFamily("bookie_entry_log_total_bytes", "Bytes in entry logs (as of the last GC)")
+        total.add_metric([], float(sum(entry["total_bytes"] for entry in logs)))
+        yield total
 
 
 class BookieMetrics:
@@ -103,6 +149,7 @@ class BookieMetrics:
         Gauge("bookie_pending_adds", "Adds accepted and not yet answered",
               registry=registry).set_function(lambda: self.factory.pending_adds if self.factory else 0)
         registry.register(_JournalCollector(bookie))
+        registry.register(_GcCollector(bookie))
 
     # --- scrape-time values -----------------------------------------------------------------------
     def _journal_queue(self) -> float:

@@ -5,6 +5,8 @@
   GET /api/v1/bookie/info               {"freeSpace": n, "totalSpace": n}  (ledger dirs, as BookieInfoService)
   GET /api/v1/bookie/state              {"running", "readOnly", "shuttingDown", "availableForHighPriorityWrites"}
   PUT /api/v1/bookie/state/readonly     body {"readOnly": true|false}: switch read-only at run time
+  GET|PUT /api/v1/bookie/gc             whether a forced GC is pending | start GC + compaction now
+  GET /api/v1/bookie/gc_details         per entry log live ratio, last GC/compaction times, bytes reclaimed
                                         (BookieStateReadOnlyService); GET returns {"readOnly": bool}
 
 Everything renders on the reactor thread; the only blocking call (moving the ZooKeeper registration
@@ -142,6 +144,35 @@ class ReadOnlyResource(_Leaf):
         return server.NOT_DONE_YET
 
 
+class GcResource(_Leaf):
+    """Java's /api/v1/bookie/gc: PUT starts a garbage collection with major and minor compaction now
+    (body optional: {"forceMajor": bool, "forceMinor": bool}); GET says whether one is pending."""
+
+    def render_GET(self, request):
+        forced = getattr(self.ctx.bookie.gc, "_forced", {})
+        return _json(request, 200, {"is_in_force_gc": str(bool(any(forced.values()))).lower()})
+
+    def render_PUT(self, request):
+        try:
+            body = json.loads(request.content.read() or b"{}")
+            major = body.get("forceMajor", True)
+            minor = body.get("forceMinor", True)
+            if not isinstance(major, bool) or not isinstance(minor, bool):
+                raise ValueError("forceMajor and forceMinor must be true or false")
+        except (ValueError, AttributeError) as err:
+            return _error(request, 400, f"expected JSON {{\"forceMajor\": bool, \"forceMinor\": bool}}: {err}")
+        self.ctx.bookie.gc.trigger(force_major=major, force_minor=minor)
+        log.info("garbage collection triggered via the admin API (major %s, minor %s)", major, minor)
+        return _json(request, 200, {"triggered": True, "forceMajor": major, "forceMinor": minor})
+
+
+class GcDetailsResource(_Leaf):
+    """/api/v1/bookie/gc_details: per-entry-log live ratio, last GC / compaction times, bytes reclaimed."""
+
+    def render_GET(self, request):
+        return _json(request, 200, self.ctx.bookie.gc_state())
+
+
 def build_site(ctx: AdminContext) -> server.Site:
     root = resource.Resource()
     root.putChild(b"heartbeat", HeartbeatResource(ctx))
@@ -155,6 +186,8 @@ def build_site(ctx: AdminContext) -> server.Site:
     v1.putChild(b"bookie", bookie)
     bookie.putChild(b"info", BookieInfoResource(ctx))
     bookie.putChild(b"state", BookieStateResource(ctx))
+    bookie.putChild(b"gc", GcResource(ctx))
+    bookie.putChild(b"gc_details", GcDetailsResource(ctx))
     site = server.Site(root)
     site.displayTracebacks = False
     return site
