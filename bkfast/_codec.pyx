@@ -14,7 +14,7 @@ Digest types are plain ints in LedgerMetadataFormat's numbering (see bkfast.dige
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.string cimport memcmp, memcpy
@@ -702,6 +702,44 @@ def decode_request(frame):
     finally:
         PyBuffer_Release(&view)
     return r
+
+
+def decode_v2_adds(list frames, Py_ssize_t start=0):
+    """Decode the run of plain v2 ADD requests that starts at frames[start] (a server's batch path).
+
+    Returns (adds, ids, end): for each decoded frame, adds gets (entry bytes, master key bytes,
+    recovery, high_priority) and ids gets (ledger_id, entry_id, version); `end` is the index of the
+    first frame not decoded: one that is not bytes, not an ADD, of version > 2, with a scoped entry, or
+    too short. The caller hands that frame to decode_request, which gives the exact error. Frames that
+    carry the same master key as the previous one share its bytes object.
+    """
+    cdef Py_ssize_t i = start, n = len(frames), flen
+    cdef list adds = [], ids = []
+    cdef bytes frame
+    cdef object key = None
+    cdef const uint8_t *p
+    cdef int version, opcode, flags
+    while i < n:
+        obj = frames[i]
+        if type(obj) is not bytes:
+            break
+        frame = <bytes>obj
+        flen = PyBytes_GET_SIZE(frame)
+        if flen < 4 + MASTER_KEY_LENGTH + 16:
+            break
+        p = <const uint8_t*>PyBytes_AS_STRING(frame)
+        split_header(get_u32(p), &version, &opcode, &flags)
+        if opcode != OP_ADD or version < 0 or version > 2 or (p[4 + MASTER_KEY_LENGTH] & 0x80):
+            break
+        if key is None or memcmp(PyBytes_AS_STRING(key), p + 4, MASTER_KEY_LENGTH) != 0:
+            key = PyBytes_FromStringAndSize(<const char*>p + 4, MASTER_KEY_LENGTH)
+        adds.append((PyBytes_FromStringAndSize(<const char*>p + 4 + MASTER_KEY_LENGTH,
+                                               flen - 4 - MASTER_KEY_LENGTH),
+                     key, (flags & FLAG_RECOVERY_ADD) != 0,
+                     (flags & (FLAG_HIGH_PRIORITY | FLAG_RECOVERY_ADD)) != 0))
+        ids.append((get_i64(p + 4 + MASTER_KEY_LENGTH), get_i64(p + 12 + MASTER_KEY_LENGTH), version))
+        i += 1
+    return adds, ids, i
 
 
 cdef class V2Response:

@@ -349,6 +349,28 @@ def decode_request(frame) -> V2Request:
     return r
 
 
+def decode_v2_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
+    """Twin of _codec.decode_v2_adds: the run of plain v2 ADDs at frames[start:]."""
+    adds: list = []
+    ids: list = []
+    key = None
+    i = start
+    while i < len(frames):
+        frame = frames[i]
+        if type(frame) is not bytes or len(frame) < 4 + MASTER_KEY_LENGTH + 16:
+            break
+        version, opcode, flags = decode_packet_header(_U32.unpack_from(frame)[0])
+        if opcode != OP_ADD or not 0 <= version <= 2 or frame[4 + MASTER_KEY_LENGTH] & 0x80:
+            break
+        if key is None or key != frame[4:4 + MASTER_KEY_LENGTH]:
+            key = frame[4:4 + MASTER_KEY_LENGTH]
+        adds.append((frame[4 + MASTER_KEY_LENGTH:], key, bool(flags & FLAG_RECOVERY_ADD),
+                     bool(flags & (FLAG_HIGH_PRIORITY | FLAG_RECOVERY_ADD))))
+        ids.append((*struct.unpack_from(">qq", frame, 4 + MASTER_KEY_LENGTH), version))
+        i += 1
+    return adds, ids, i
+
+
 @dataclass
 class V2Response:
     version: int

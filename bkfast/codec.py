@@ -58,6 +58,7 @@ encode_add_response = _impl.encode_add_response
 encode_read_response = _impl.encode_read_response
 encode_batch_read_response = _impl.encode_batch_read_response
 decode_request = _impl.decode_request
+decode_v2_adds = _impl.decode_v2_adds
 decode_response = _impl.decode_response
 FrameSplitter = _impl.FrameSplitter
 FrameBuilder = _impl.FrameBuilder

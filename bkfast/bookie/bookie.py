@@ -157,8 +157,9 @@ class Bookie:
         return [str(d) for d in self.ledger_dirs]
 
     # --- journal plumbing --------------------------------------------------------------------------
+    # Tokens are None for every record of a Journal.log_records call but its last: skipped here.
     def _on_journal_batch(self, tokens: list) -> None:
-        self._dispatcher(_run_batch, [(callback, None) for callback in tokens])
+        self._dispatcher(_run_batch, [(callback, None) for callback in tokens if callback is not None])
 
     def _on_journal_error(self, tokens: list, error: BaseException) -> None:
         log.error("journal write failed for %d requests: %s", len(tokens), error)
@@ -166,7 +167,7 @@ class Bookie:
             # The journal is fail-stop: no add can be durable again until a restart.
             self._set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
         failure = BKBookieIOException(f"journal write failed: {error}")
-        self._dispatcher(_run_batch, [(callback, failure) for callback in tokens])
+        self._dispatcher(_run_batch, [(callback, failure) for callback in tokens if callback is not None])
 
     def _fail(self, callback: Callback, error: BaseException) -> None:
         self._dispatcher(_run_batch, [(callback, error)])
@@ -211,6 +212,80 @@ class Bookie:
             log.exception("add failed")
             self._note_io_error(error)
             self._fail(callback, BKBookieIOException(str(error)))
+
+    def add_entries(self, adds: list, callback: Callable[[list | None, BaseException | None], None]) -> list:
+        """Store several entries (one network read's ADDs) with one journal enqueue and one completion.
+
+        `adds`: [(entry, master_key, recovery, high_priority)], checked exactly as add_entry checks each.
+        Returns [(index, error)] of the adds refused at once (not stored, not journaled). The accepted
+        ones are journaled in order; `callback(accepted, error)` runs once (through the dispatcher, from
+        the journal thread) when the last of them is durable: `accepted` is None when every add was
+        accepted, else the list of accepted indices. No accepted add: no callback.
+        """
+        failures: list = []
+        accepted: list[int] = []
+        records: list = []
+        metrics = self.metrics
+        read_only = self.read_only
+        storage = self.storage
+        store = storage.add_entry
+        # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
+        # for the batch only: the ledger lock is held throughout, so no fence can come in between.
+        admitted: dict = {}
+        with self._ledger_lock:
+            for i, (entry, master_key, recovery, high_priority) in enumerate(adds):
+                try:
+                    if read_only and not (recovery or high_priority):
+                        raise BKWriteOnReadOnlyBookieException("bookie is read-only")
+                    _, scope_id, ledger_id, entry_id = peek_entry_ids(entry)
+                    if ledger_id < 0 or entry_id < 0:
+                        raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
+                    entry = bytes(entry)
+                    lkey = (scope_id, ledger_id)
+                    known = admitted.get(lkey)
+                    if known is None or known != master_key:
+                        self._admit(scope_id, ledger_id, master_key)
+                        if not recovery:
+                            if storage.is_fenced(ledger_id, scope_id):
+                                raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
+                            admitted[lkey] = master_key
+                    store(entry)
+                except BKError as error:
+                    failures.append((i, error))
+                    continue
+                except Exception as error:  # anything unexpected is an I/O error for the client, and logged
+                    log.exception("add of entry %d failed", i)
+                    self._note_io_error(error)
+                    failures.append((i, BKBookieIOException(str(error))))
+                    continue
+                records.append(entry)
+                accepted.append(i)
+        if metrics is not None:
+            for _, error in failures:
+                metrics.add_failed(error)
+        if not records:
+            return failures
+        token_accepted = None if not failures else accepted
+        if metrics is not None:
+            timed = [metrics.timed_add(_noop) for _ in records]
+
+            def done(error, _timed=timed, _accepted=token_accepted):
+                for t in _timed:
+                    t(error)
+                callback(_accepted, error)
+        else:
+            def done(error, _accepted=token_accepted):
+                callback(_accepted, error)
+        try:
+            self.journal.log_records(records, done)
+        except BKError as error:
+            # Nothing was queued: every accepted add fails now (they stay in ledger storage unacknowledged,
+            # as a single add whose journal enqueue fails).
+            failures.extend((i, error) for i in accepted)
+            if metrics is not None:
+                for _ in accepted:
+                    metrics.add_failed(error)
+        return failures
 
     def fence(self, ledger_id: int, master_key: bytes, callback: Callback, scope_id: int = 0) -> None:
         """Fence a ledger (creating it with this key if unseen); callback once the fence is durable."""
@@ -449,6 +524,10 @@ class Bookie:
         else:
             return
         self.replayed_records += 1
+
+
+def _noop(error: BaseException | None) -> None:
+    pass
 
 
 def _ignore(error: BaseException | None) -> None:

@@ -340,6 +340,40 @@ class Journal:
                                            or n >= self._close_count):
                 self._wakeup.notify()
 
+    def log_records(self, records: list, token) -> None:
+        """Queue several records at once; `token` completes once the LAST of them is durable.
+
+        The records are appended in order under one lock hold (so they usually share one batch; if the
+        queue splits them, the earlier ones are in earlier batches, durable first). No ack-before-sync.
+        Errors and blocking as log_record; on an error none of the records was queued.
+        """
+        n_new = len(records)
+        if not n_new:
+            raise ValueError("log_records needs at least one record")
+        size = 0
+        for record in records:
+            rlen = len(record)
+            if rlen <= 0:
+                raise ValueError("an empty journal record would read back as the end of the log")
+            size += 4 + rlen
+        with self._lock:
+            if self._state != _RUNNING or len(self._recs) >= self._queue_size:
+                self._wait_for_space()
+            recs = self._recs
+            first = not recs
+            recs.extend(records)
+            toks = self._toks
+            if n_new > 1:
+                toks.extend([None] * (n_new - 1))
+            toks.append(token)
+            n = len(recs)
+            if first:
+                self._first_t = time.monotonic()
+            self._bytes += size
+            if self._consumer_waiting and (first or self._bytes > self._bytes_threshold
+                                           or n >= self._close_count):
+                self._wakeup.notify()
+
     def force(self, token) -> None:
         """Complete `token` once every record queued before it is durable (FORCE_LEDGER; never written)."""
         with self._lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -53,6 +54,8 @@ _LOC_KEY128 = struct.Struct(">Qqq")
 _PREFIX128 = struct.Struct(">Qq")
 _MAX_LONG = 2**63 - 1
 _LOW64 = (1 << 64) - 1
+LOCATION_CHUNK = 4096
+"""Locations per RocksDB write of a flush (see LocationBatch)."""
 
 
 def qualified_key(scope_id: int, ledger_id: int) -> int:
@@ -195,31 +198,55 @@ class RocksStore:
 
 
 class LocationBatch:
-    """Locations of one flush, committed atomically per store by LocationIndex.commit."""
+    """Locations of one flush, committed per store by LocationIndex.commit.
+
+    Each store's locations are kept in WriteBatches of about LOCATION_CHUNK entries: RocksDB's write
+    holds the GIL, so one write of a whole write-cache half (30 ms for 170k locations) stalled the
+    reactor. The chunks are written unsynced and the last one synced, which makes all of them durable
+    (one WAL); a crash in between leaves some locations of entries that are already durable in their
+    entry log, and the journal (lastMark not yet moved) replays the rest.
+    """
 
     __slots__ = ("plain", "scoped", "count")
 
     def __init__(self):
-        self.plain = WriteBatch(raw_mode=True)
-        self.scoped: WriteBatch | None = None
+        self.plain: list[WriteBatch] = [WriteBatch(raw_mode=True)]
+        self.scoped: list[WriteBatch] | None = None
         self.count = 0
 
     def add(self, scope_id: int, ledger_id: int, entry_ids: Iterable[int], locations: Iterable[int]) -> None:
         pack_value = _LONG.pack
+        before = self.count
         if not scope_id:
-            put = self.plain.put
+            chunks = self.plain
+            wb = chunks[-1]
+            put = wb.put
             pack_key = _LOC_KEY.pack
             for entry_id, location in zip(entry_ids, locations, strict=True):
                 put(pack_key(ledger_id, entry_id), pack_value(location))
                 self.count += 1
-            return
-        if self.scoped is None:
-            self.scoped = WriteBatch(raw_mode=True)
-        put = self.scoped.put
-        pack_key = _LOC_KEY128.pack
-        for entry_id, location in zip(entry_ids, locations, strict=True):
-            put(pack_key(scope_id, ledger_id, entry_id), pack_value(location))
-            self.count += 1
+        else:
+            if self.scoped is None:
+                self.scoped = [WriteBatch(raw_mode=True)]
+            chunks = self.scoped
+            wb = chunks[-1]
+            put = wb.put
+            pack_key = _LOC_KEY128.pack
+            for entry_id, location in zip(entry_ids, locations, strict=True):
+                put(pack_key(scope_id, ledger_id, entry_id), pack_value(location))
+                self.count += 1
+        if self.count > before and wb.len() >= LOCATION_CHUNK:
+            chunks.append(WriteBatch(raw_mode=True))
+
+
+def _write_chunks(store: RocksStore, chunks: list[WriteBatch]) -> None:
+    """Write the non-empty chunks in order, the last one synced; hand the GIL over between them."""
+    chunks = [wb for wb in chunks if wb.len()]
+    for i, wb in enumerate(chunks):
+        last = i == len(chunks) - 1
+        store.write(wb, sync=last)
+        if not last:
+            time.sleep(0)
 
 
 class ScopedStorePair:
@@ -273,11 +300,12 @@ class LocationIndex(ScopedStorePair):
         return None if value is None else _LONG.unpack(value)[0]
 
     def commit(self, batch: LocationBatch) -> None:
-        """Write a flush's locations (synced, as Java's batch.flush does)."""
-        if batch.plain.len():
-            self._plain.write(batch.plain, sync=True)
-        if batch.scoped is not None and batch.scoped.len():
-            self._store(1, create=True).write(batch.scoped, sync=True)
+        """Write a flush's locations (synced, as Java's batch.flush does), chunk by chunk (see LocationBatch)."""
+        _write_chunks(self._plain, batch.plain)
+        if batch.scoped is not None:
+            chunks = [wb for wb in batch.scoped if wb.len()]
+            if chunks:
+                _write_chunks(self._store(1, create=True), chunks)
 
     def last_entry(self, scope_id: int, ledger_id: int) -> tuple[int, int] | None:
         """(entry_id, location) of the ledger's highest indexed entry: floor of (ledger, Long.MAX)."""

@@ -19,6 +19,7 @@ import logging
 import os
 import struct
 import time
+import weakref
 
 from twisted.internet import protocol
 
@@ -33,6 +34,7 @@ from bkfast.codec import (
     FrameBuilder,
     FrameSplitter,
     decode_request,
+    decode_v2_adds,
 )
 from bkfast.errors import (
     BKError,
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 # Pause reading from a connection with this many adds in flight; resume below half of it.
 CONNECTION_MAX_INFLIGHT_ADDS = 10000
 AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
+RECV_BUFFER_SIZE = 256 * 1024  # bytes per socket read (Twisted's default is 64 KiB)
 _HEADER = struct.Struct(">I")
 
 
@@ -56,9 +59,24 @@ def v2_header(version: int, opcode: int) -> int:
     return opcode if version == 0 else ((version & 0xFF) << 24) | ((opcode & 0xFF) << 16)
 
 
+# Live server factories: a dispatched journal batch flushes their dirty connections right after it ran.
+_FACTORIES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _run_and_flush(run, batch) -> None:
+    try:
+        run(batch)
+    finally:
+        # The batch's acknowledgements go out now, one write per connection, instead of one reactor
+        # iteration later (callLater(0)): ~10% of a flush-when-empty add's latency.
+        for factory in list(_FACTORIES):
+            if factory._dirty:
+                factory.flush()
+
+
 def make_dispatcher(reactor):
     """The Bookie's `dispatcher`: hand a whole journal batch to the reactor in ONE callFromThread."""
-    return lambda run, batch: reactor.callFromThread(run, batch)
+    return lambda run, batch: reactor.callFromThread(_run_and_flush, run, batch)
 
 
 def lac_of_buffer(buf: bytes) -> int:
@@ -82,9 +100,12 @@ class BookieServerFactory(protocol.ServerFactory):
         self.max_pending_adds = conf.get("maxPendingAddRequestsPerThread") or 0
         self.tcp_no_delay = conf.get("serverTcpNoDelay")
         self.pending_adds = 0
+        # A Bookie takes a whole read's ADDs in one call; anything else (test doubles) one add at a time.
+        self.batch_adds = hasattr(bookie, "add_entries")
         self.connections: set[BookieServerProtocol] = set()
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None
+        _FACTORIES.add(self)
         # Long-poll reads waiting for a ledger's LAC to pass a value: (scope, ledger) -> [watcher].
         self._lac_watchers: dict[tuple[int, int], list] = {}
         self._lac_update_ms: dict[tuple[int, int], int] = {}
@@ -101,7 +122,9 @@ class BookieServerFactory(protocol.ServerFactory):
             self._flush_call = self.reactor.callLater(0, self.flush)
 
     def flush(self) -> None:
-        self._flush_call = None
+        call, self._flush_call = self._flush_call, None
+        if call is not None and call.active():
+            call.cancel()
         dirty, self._dirty = self._dirty, set()
         for conn in dirty:
             conn.flush()
@@ -195,6 +218,11 @@ class BookieServerProtocol(protocol.Protocol):
             self.peer = f"{peer.host}:{peer.port}"
         except Exception:
             pass
+        # Twisted reads 64 KiB per doRead; a whole read's ADDs are one batch, so bigger reads mean fewer
+        # reactor iterations and batches (16 KiB adds: 4 per read before; 256 KiB measured best of
+        # 64 KiB, 256 KiB and 1 MiB). recv shrinks the buffer to what arrived: small reads cost nothing.
+        if hasattr(self.transport, "bufferSize"):
+            self.transport.bufferSize = RECV_BUFFER_SIZE
         if self.factory.tcp_no_delay:
             try:
                 self.transport.setTcpNoDelay(True)
@@ -236,10 +264,101 @@ class BookieServerProtocol(protocol.Protocol):
             if self.connected:
                 self.close(f"bad frame: {err}")
             return
-        for frame in frames:
+        batch = self.factory.batch_adds
+        if self.v2 and batch:
+            self.handle_v2_frames(frames)
+            return
+        for i, frame in enumerate(frames):
             if not self.connected:
                 return
+            if self.v2 and batch:  # fell back to v2 on an earlier frame of this read: batch the rest
+                self.handle_v2_frames(frames[i:])
+                return
             self.handle_frame(frame)
+
+    def handle_v2_frames(self, frames: list) -> None:
+        """All frames of one read on a v2 connection: each run of consecutive ADDs is decoded in one
+        Cython call and goes to the Bookie as ONE batch (one journal enqueue, one completion); any other
+        frame goes through decode_request/handle_v2 after the ADDs before it, so requests reach the
+        Bookie in arrival order."""
+        i, n = 0, len(frames)
+        limit = self.factory.max_pending_adds
+        while i < n:
+            adds, ids, j = decode_v2_adds(frames, i)
+            if adds:
+                if limit > 0:
+                    room = limit - self.factory.pending_adds
+                    if room < len(adds):
+                        room = max(room, 0)
+                        for ledger_id, entry_id, version in ids[room:]:
+                            self.add_response(V2Rc.ETOOMANYREQUESTS, ledger_id, entry_id, version)
+                        self.respond()
+                        adds, ids = adds[:room], ids[:room]
+                if adds:
+                    self.submit_adds(adds, ids)
+            if j >= n or not self.connected:
+                return
+            self.handle_v2_frame(frames[j])
+            if not self.connected:
+                return
+            i = j + 1
+
+    def handle_v2_frame(self, frame: bytes) -> None:
+        """One v2 frame that is not a plain ADD (or is an ADD the batch decoder left to this path)."""
+        try:
+            r = decode_request(frame)
+        except (FrameError, BKError, ValueError) as err:
+            self.close(f"undecodable v2 frame: {err}")
+            return
+        try:
+            self.handle_v2(r)
+        except Exception as err:
+            log.exception("v2 request failed")
+            self.close(f"v2 request failed: {err}")
+
+    def submit_adds(self, adds: list, ids: list) -> None:
+        """Hand a batch of v2 ADDs to the Bookie; answer each once durable (or refused)."""
+        n = len(adds)
+        self.inflight_adds += n
+        self.factory.pending_adds += n
+        if not self.paused and self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
+            self.paused = True
+            self.transport.pauseProducing()
+
+        def done(accepted, error):
+            if accepted is None:
+                done_ids = ids
+            else:
+                done_ids = [ids[i] for i in accepted]
+            self.adds_finished(len(done_ids))
+            if error is None:
+                rc = V2Rc.EOK
+                lac_changed = self.factory.lac_changed
+                for ledger_id in {t[0] for t in done_ids}:   # once per ledger per batch
+                    lac_changed(0, ledger_id)
+            else:
+                rc = v2_rc_for(error)
+            if self.connected:
+                add_response = self.out.add_add_response
+                for ledger_id, entry_id, version in done_ids:
+                    if version == 0:
+                        self.add_response(rc, ledger_id, entry_id, version)
+                    else:
+                        add_response(rc, ledger_id, entry_id, version)
+                self.respond()
+
+        try:
+            failures = self.bookie.add_entries(adds, done)
+        except Exception as err:  # a bug: fail the whole batch rather than leave adds unanswered
+            log.exception("add batch of %d entries failed", n)
+            failures = [(i, err) for i in range(n)]
+        if failures:
+            self.adds_finished(len(failures))
+            if self.connected:
+                for i, error in failures:
+                    ledger_id, entry_id, version = ids[i]
+                    self.add_response(v2_rc_for(error), ledger_id, entry_id, version)
+                self.respond()
 
     def handle_frame(self, frame: bytes) -> None:
         if not self.v2:
@@ -273,8 +392,11 @@ class BookieServerProtocol(protocol.Protocol):
             self.transport.pauseProducing()
 
     def add_finished(self) -> None:
-        self.inflight_adds -= 1
-        self.factory.pending_adds -= 1
+        self.adds_finished(1)
+
+    def adds_finished(self, n: int) -> None:
+        self.inflight_adds -= n
+        self.factory.pending_adds -= n
         if self.paused and self.inflight_adds < CONNECTION_MAX_INFLIGHT_ADDS // 2:
             self.paused = False
             if self.connected:

@@ -1,0 +1,143 @@
+"""Issue 4's bookie benchmark targets, each run N times against a fresh `bkfast bookie`; medians.
+
+    .venv/bin/python bench/server_targets.py [--runs 3] [--cases 1k,16k,rate,lat,latq] [--dir /tmp/x]
+
+Cases: 1k (200,000 x 1 KiB, 10,000 outstanding), 16k (same shape, 16 KiB), 16k-nosync (diagnostic:
+journalSyncData=false), rate (open loop 50,000/s 1 KiB), lat (one at a time), latq (one at a time,
+journalFlushWhenQueueEmpty=true). Also reported per run: the bookie's CPU (all threads, user+sys) per
+add, the load generator's CPU, and the load average before the run. Each run starts a
+fresh bookie (DbLedgerStorage, journal sync on, the flags of tests/server_support.py) in a new temp dir
+on the same file system as --dir, and removes it afterwards. Prints one JSON line per run and a summary
+with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BKFAST = str(REPO / ".venv" / "bin" / "bkfast")
+
+CASES = {
+    "1k": (["--throughput-count", "200000", "--outstanding", "10000", "--size", "1024", "--latency-count", "0"],
+           [], "throughput"),
+    "16k": (["--throughput-count", "200000", "--outstanding", "10000", "--size", "16384",
+             "--latency-count", "0"], [], "throughput"),
+    "rate": (["--throughput-count", "0", "--rate", "50000", "--rate-count", "200000", "--outstanding", "10000",
+              "--size", "1024", "--latency-count", "0"], [], "rate"),
+    "16k-nosync": (["--throughput-count", "200000", "--outstanding", "10000", "--size", "16384",
+                    "--latency-count", "0"], ["-D", "journalSyncData=false"], "throughput"),
+    "lat": (["--throughput-count", "0", "--latency-count", "5000", "--warmup-count", "200", "--size", "1024"],
+            [], "latency"),
+    "latq": (["--throughput-count", "0", "--latency-count", "5000", "--warmup-count", "200", "--size", "1024"],
+             ["-D", "journalFlushWhenQueueEmpty=true"], "latency"),
+}
+
+
+def start_bookie(data_dir: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
+    args = [BKFAST, "bookie", "--no-metadata",
+            "-D", f"journalDirectory={data_dir / 'journal'}",
+            "-D", f"ledgerDirectories={data_dir / 'ledgers'}",
+            "-D", "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+            "-D", "listeningInterface=127.0.0.1", "--port", "0", *extra]
+    log = open(data_dir / "bookie.log", "wb")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if line.startswith(b"bookie listening on "):
+                return proc, int(line.strip().rsplit(b":", 1)[1])
+            if not line:
+                break
+    proc.kill()
+    raise RuntimeError(f"bookie did not start; see {data_dir / 'bookie.log'}")
+
+
+def stop_bookie(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_case(name: str, base: Path) -> dict:
+    bench_args, bookie_args, phase = CASES[name]
+    data_dir = Path(tempfile.mkdtemp(prefix=f"bkfast-targets-{name}-", dir=base))
+    proc, port = start_bookie(data_dir, bookie_args)
+    try:
+        cpu0 = cpu_seconds(proc.pid)
+        t0 = os.times()
+        out = subprocess.run([BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", *bench_args],
+                             capture_output=True, text=True, timeout=900)
+        t1 = os.times()
+        loadgen_cpu = (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
+        if out.returncode != 0:
+            raise RuntimeError(f"bench failed ({out.returncode}): {out.stderr[-2000:]}")
+        doc = json.loads(out.stdout.strip().splitlines()[-1])
+        doc["_case"] = name
+        cpu = cpu_seconds(proc.pid) - cpu0
+    finally:
+        stop_bookie(proc)
+        shutil.rmtree(data_dir, ignore_errors=True)
+    r = doc[phase]
+    return {"case": name, "adds_per_s": r["adds_per_s"], "mb_per_s": r.get("mb_per_s"), "mean_ms": r["mean_ms"],
+            "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "p999_ms": r["p999_ms"], "errors": doc["errors"],
+            "loadgen_cpu_s": round(loadgen_cpu, 2),
+            "bookie_cpu_us_per_add": round(cpu * 1e6 / max(1, r.get("count") or doc_count(doc, phase)), 2)}
+
+
+def doc_count(doc: dict, phase: str) -> int:
+    """Adds of the phase (the bench's own count when reported, else the requested count)."""
+    args = CASES[doc["_case"]][0]
+    flag = {"throughput": "--throughput-count", "rate": "--rate-count", "latency": "--latency-count"}[phase]
+    return int(args[args.index(flag) + 1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--cases", default="1k,16k,rate,lat,latq", help=f"comma-separated, of {sorted(CASES)}")
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    args = ap.parse_args()
+    base = Path(args.dir)
+    summary = {}
+    for name in args.cases.split(","):
+        runs = []
+        for _ in range(args.runs):
+            load = open("/proc/loadavg").read().split()[0]
+            r = run_case(name, base)
+            r["load_before"] = float(load)
+            print(json.dumps(r), flush=True)
+            runs.append(r)
+        summary[name] = {k: statistics.median(r[k] for r in runs)
+                         for k in ("adds_per_s", "mean_ms", "p50_ms", "p99_ms", "p999_ms", "bookie_cpu_us_per_add")}
+        if runs[0]["mb_per_s"] is not None:
+            summary[name]["mb_per_s"] = statistics.median(r["mb_per_s"] for r in runs)
+    print("MEDIANS", json.dumps(summary), "loadavg", open("/proc/loadavg").read().strip(), file=sys.stderr)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
