@@ -18,11 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,39 +26,19 @@ from pathlib import Path
 from twisted.internet import defer
 
 from bkfast import loadgen
+from bkfast.cli.local_cluster import LocalBookie
 from bkfast.codec import DigestType, encode_entry, mac_key, master_key
 from bkfast.conf import ClientConfiguration
 from bkfast.net.bookie_client import BookieClient
 
-REPO = Path(__file__).resolve().parent.parent
 KEY = master_key(b"bench")
 MAC = mac_key(b"bench")
 
 
-def start_bookie(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    args = [sys.executable, "-m", "bkfast.cli.main", "bookie", "--no-metadata",
-            "-D", f"journalDirectory={data_dir / 'journal'}",
-            "-D", f"ledgerDirectories={data_dir / 'ledgers'}",
-            "-D", "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
-            "-D", "listeningInterface=127.0.0.1",
-            "-D", "dbStorage_writeCacheMaxSizeMb=256",
-            "-D", "dbStorage_readAheadCacheMaxSizeMb=64",
-            "-D", "maxPendingAddRequestsPerThread=0",
-            "--port", "0"]
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = open(data_dir / "bookie.log", "wb")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith(b"bookie listening on "):
-                return proc, int(line.strip().rsplit(b":", 1)[1])
-            if not line:
-                break
-    proc.kill()
-    raise RuntimeError(f"bookie in {data_dir} did not start; see {data_dir / 'bookie.log'}")
+def start_bookie(data_dir: Path) -> LocalBookie:
+    return LocalBookie(data_dir, 0, extra_conf={"dbStorage_writeCacheMaxSizeMb": "256",
+                                                "dbStorage_readAheadCacheMaxSizeMb": "64",
+                                                "maxPendingAddRequestsPerThread": "0"}).start()
 
 
 def pct(sorted_values, p):
@@ -225,7 +201,7 @@ def main():
     try:
         for i in range(args.bookies):
             procs.append(start_bookie(tmp / f"bookie{i}"))
-        args.ports = [port for _, port in procs]
+        args.ports = [bookie.port for bookie in procs]
         out = {}
 
         def go(reactor):
@@ -243,14 +219,8 @@ def main():
             out["failure"].raiseException()
         report(args, out)
     finally:
-        for proc, _ in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+        for bookie in procs:
+            bookie.stop(30)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

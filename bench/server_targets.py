@@ -16,18 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bkfast.cli.local_cluster import LocalBookie
+from bkfast.conf import DEFAULT_DB_STORAGE_CACHE_MB
 
 REPO = Path(__file__).resolve().parent.parent
 BKFAST = str(REPO / ".venv" / "bin" / "bkfast")
+# The bookie's own cache defaults (LocalBookie's are smaller, for tests and sandboxes).
+DEFAULT_BOOKIE_CONF = {"dbStorage_writeCacheMaxSizeMb": str(DEFAULT_DB_STORAGE_CACHE_MB),
+                       "dbStorage_readAheadCacheMaxSizeMb": str(DEFAULT_DB_STORAGE_CACHE_MB)}
 
 CASES = {
     "1k": (["--throughput-count", "200000", "--outstanding", "10000", "--size", "1024", "--latency-count", "0"],
@@ -45,36 +48,6 @@ CASES = {
 }
 
 
-def start_bookie(data_dir: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
-    args = [BKFAST, "bookie", "--no-metadata",
-            "-D", f"journalDirectory={data_dir / 'journal'}",
-            "-D", f"ledgerDirectories={data_dir / 'ledgers'}",
-            "-D", "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
-            "-D", "listeningInterface=127.0.0.1", "--port", "0", *extra]
-    log = open(data_dir / "bookie.log", "wb")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith(b"bookie listening on "):
-                return proc, int(line.strip().rsplit(b":", 1)[1])
-            if not line:
-                break
-    proc.kill()
-    raise RuntimeError(f"bookie did not start; see {data_dir / 'bookie.log'}")
-
-
-def stop_bookie(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
@@ -85,7 +58,8 @@ def cpu_seconds(pid: int) -> float:
 def run_case(name: str, base: Path) -> dict:
     bench_args, bookie_args, phase = CASES[name]
     data_dir = Path(tempfile.mkdtemp(prefix=f"bkfast-targets-{name}-", dir=base))
-    proc, port = start_bookie(data_dir, bookie_args)
+    bookie = LocalBookie(data_dir, 0, extra_conf=dict(DEFAULT_BOOKIE_CONF), extra_args=list(bookie_args)).start()
+    proc, port = bookie.proc, bookie.port
     try:
         cpu0 = cpu_seconds(proc.pid)
         t0 = os.times()
@@ -99,7 +73,7 @@ def run_case(name: str, base: Path) -> dict:
         doc["_case"] = name
         cpu = cpu_seconds(proc.pid) - cpu0
     finally:
-        stop_bookie(proc)
+        bookie.stop(60)
         shutil.rmtree(data_dir, ignore_errors=True)
     r = doc[phase]
     return {"case": name, "adds_per_s": r["adds_per_s"], "mb_per_s": r.get("mb_per_s"), "mean_ms": r["mean_ms"],

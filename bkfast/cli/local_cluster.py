@@ -33,6 +33,7 @@ class LocalBookie:
     extra_conf: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     host: str = "127.0.0.1"
+    extra_args: list[str] = field(default_factory=list)      # more `bkfast bookie` flags, e.g. -D k=v
 
     @property
     def bookie_id(self) -> str:
@@ -64,7 +65,7 @@ class LocalBookie:
             args += ["-D", f"{key}={value}"]
         if not self.zk_metadata_uri:
             args.append("--no-metadata")
-        return args
+        return args + list(self.extra_args)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> LocalBookie:
         return self.launch().wait_started(timeout_s)
@@ -85,6 +86,8 @@ class LocalBookie:
             if ready:
                 line = self.proc.stdout.readline()
                 if line.startswith(b"bookie listening on "):
+                    # port 0 lets the bookie choose (--no-metadata only: a registered id names its port)
+                    self.port = int(line.strip().rsplit(b":", 1)[1])
                     return self
                 if not line:
                     break
