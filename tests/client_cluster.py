@@ -20,10 +20,19 @@ class Cluster:
         self.zk = KazooClient(hosts=zk_connect, timeout=15.0)
         self.zk.start(timeout=30)
         zk_layout.init_new_cluster(self.zk, self.root)
-        self.bookies = [LocalBookie(data_dir / f"bookie-{i}", free_port(), self.metadata_uri,
-                                    {"journalMaxGroupWaitMSec": "1", **bookie_conf})
-                        for i in range(bookies)]
-        start_bookies(self.bookies)
+        for attempt in range(2):
+            self.bookies = [LocalBookie(data_dir / f"try{attempt}" / f"bookie-{i}", free_port(), self.metadata_uri,
+                                        {"journalMaxGroupWaitMSec": "1", **bookie_conf})
+                            for i in range(bookies)]
+            try:
+                start_bookies(self.bookies)
+                break
+            except RuntimeError as err:
+                # A port chosen free can be taken before the bookie binds it; the second try uses new
+                # ports (and new dirs: a bookie's cookie names its port).
+                if attempt == 1:
+                    raise
+                print(f"cluster start failed, retrying with new ports: {err}")
         self.wait_registered(len(self.bookies))
 
     def wait_registered(self, count: int, timeout: float = 30.0) -> None:

@@ -438,3 +438,22 @@ def test_bench_ledger_json(running, extra):
     with _client(running) as bk:
         md = bk.get_ledger_metadata(result["ledger_id"])
         assert md.is_closed and md.last_entry_id == result["adds"] - 1
+
+
+def test_every_acknowledged_entry_survives_killing_the_whole_ensemble(running):
+    """SIGKILL every bookie of the ensemble right after the adds were acknowledged, restart them on the
+    same dirs and ports: recovery from a new client finds every acknowledged entry (journal replay)."""
+    rng = random.Random(99)
+    payloads = [rng.randbytes(rng.randint(1, 3000)) for _ in range(3000)]
+    with _client(running) as bk:
+        lh = bk.create_ledger(3, 3, 2, digest_type="CRC32C", password=PASSWORD)
+        ids = lh.add_entries(payloads, max_outstanding=300)
+        assert ids == list(range(len(payloads)))
+        ensemble = lh.metadata.ensembles[-1][1]
+        for bookie_id in ensemble:
+            running.by_id(bookie_id).kill()
+    running.ensure_all_running()
+    with _client(running) as other:
+        rh = other.open_ledger(lh.ledger_id, PASSWORD, recovery=True)
+        assert rh.metadata.last_entry_id == len(payloads) - 1
+        assert [e.data for e in rh.read_entries(0, len(payloads) - 1)] == payloads
