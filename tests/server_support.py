@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import os
-import select
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from bkfast.cli.local_cluster import LocalBookie
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,80 +29,29 @@ def pid_alive(pid: int) -> bool:
 
 
 
-class BookieProcess:
-    """`python -m bkfast.cli.main bookie` on 127.0.0.1 and a free port, stopped by pid."""
+class BookieProcess(LocalBookie):
+    """`python -m bkfast.cli.main bookie --no-metadata` on 127.0.0.1 and a free port (kept across
+    restarts), small caches, stopped by pid. `extra` are more `bkfast bookie` flags."""
 
     def __init__(self, data_dir: Path, *extra: str):
-        self.data_dir = Path(data_dir)
-        self.extra = list(extra)
-        self.proc: subprocess.Popen | None = None
-        self.port: int | None = None
-        self.host = "127.0.0.1"
+        super().__init__(Path(data_dir), 0, extra_conf={"dbStorage_writeCacheMaxSizeMb": "16",
+                                                        "dbStorage_readAheadCacheMaxSizeMb": "16"},
+                         extra_args=list(extra))
 
-    def start(self) -> BookieProcess:
-        args = [sys.executable, "-m", "bkfast.cli.main", "bookie", "--no-metadata",
-                "-D", f"journalDirectory={self.data_dir / 'journal'}",
-                "-D", f"ledgerDirectories={self.data_dir / 'ledgers'}",
-                "-D", "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
-                "-D", "listeningInterface=127.0.0.1",
-                "-D", "dbStorage_writeCacheMaxSizeMb=16",
-                "-D", "dbStorage_readAheadCacheMaxSizeMb=16",
-                "--port", str(self.port or 0), *self.extra]
-        self.stderr_path = self.data_dir / f"bookie-{time.time_ns()}.log"
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, cwd=REPO,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + START_TIMEOUT_S
-        line = b""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                line = self.proc.stdout.readline()
-                if line.startswith(b"bookie listening on "):
-                    self.port = int(line.strip().rsplit(b":", 1)[1])
-                    return self
-                if not line:
-                    break
-            if self.proc.poll() is not None:
-                break
-        self.kill()
-        raise RuntimeError(f"bookie did not start: {line!r}\n{self.log()}")
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> BookieProcess:
+        super().start(timeout_s)
+        return self
 
     def log(self, tail: int | None = 4000) -> str:
         try:
-            text = self.stderr_path.read_text(errors="replace")
+            text = self.log_path.read_text(errors="replace")
             return text[-tail:] if tail else text
         except OSError:
             return ""
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def stop(self, timeout: float = 30.0) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            rc = -9
-        self._close()
-        return rc
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self._close()
-
-    def _close(self) -> None:
-        if self.proc is not None and self.proc.stdout:
-            self.proc.stdout.close()
-        if not self._stderr.closed:
-            self._stderr.close()
+        rc = super().stop(timeout)
+        return 0 if rc is None else rc
 
     def connect(self) -> Client:
         return Client(self.host, self.port)
