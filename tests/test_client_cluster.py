@@ -457,3 +457,18 @@ def test_every_acknowledged_entry_survives_killing_the_whole_ensemble(running):
         rh = other.open_ledger(lh.ledger_id, PASSWORD, recovery=True)
         assert rh.metadata.last_entry_id == len(payloads) - 1
         assert [e.data for e in rh.read_entries(0, len(payloads) - 1)] == payloads
+
+
+def test_deferred_sync_ledger_and_force(running):
+    """WriteFlag.DEFERRED_SYNC: adds go over v3 with the flag, and force() makes them durable."""
+    with _client(running) as bk:
+        lh = bk.create_ledger(3, 2, 2, digest_type="CRC32C", password=PASSWORD, deferred_sync=True)
+        ids = lh.add_entries([b"ds-%d" % i for i in range(300)], max_outstanding=50)
+        assert ids == list(range(300))
+        client = bk.async_client.bookie_client       # before force(), which always uses v3 itself
+        assert {ch.bookie_id for ch in client.channels if ch.v3} == set(lh.metadata.ensembles[0][1])
+        assert not any(not ch.v3 for ch in client.channels)
+        assert lh.force() == 299
+        assert [e.data for e in lh.read_entries(0, 299)] == [b"ds-%d" % i for i in range(300)]
+        lh.close()
+        assert bk.get_ledger_metadata(lh.ledger_id).last_entry_id == 299

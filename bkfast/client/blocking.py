@@ -218,9 +218,9 @@ class BookKeeper:
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, digest_type=None,
                       password: bytes | str = b"", custom_metadata: dict | None = None,
-                      scope_id: int = 0) -> BlockingLedgerHandle:
+                      scope_id: int = 0, deferred_sync: bool = False) -> BlockingLedgerHandle:
         handle = _wait(self._timeout, self._bk.create_ledger, ensemble_size, write_quorum, ack_quorum, digest_type,
-                       password, custom_metadata, scope_id)
+                       password, custom_metadata, scope_id, deferred_sync)
         return BlockingLedgerHandle(handle, self._timeout)
 
     def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,

@@ -145,7 +145,7 @@ class AsyncBookKeeper:
                               ctime=ctime, custom_metadata=custom)
 
     async def _create(self, cls, ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
-                      scope_id, ledger_id):
+                      scope_id, ledger_id, deferred_sync=False):
         md = self._new_metadata(ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
                                 scope_id)
         for _attempt in range(10):
@@ -164,15 +164,17 @@ class AsyncBookKeeper:
                 continue
             log.info("created ledger %s on %s (E=%d WQ=%d AQ=%d)", ledger.qualified_name if scope_id else lid,
                      ",".join(md.ensembles[0][1]), ensemble_size, write_quorum, ack_quorum)
-            return cls(self, ledger, versioned, _password(password))
+            return cls(self, ledger, versioned, _password(password), deferred_sync=deferred_sync)
         raise BKLedgerExistException("could not find a free ledger id in 10 attempts")
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest_type=None, password: bytes | str = b"", custom_metadata: dict | None = None,
-                      scope_id: int = 0) -> defer.Deferred:
-        """A new ledger and its WriteHandle (ids assigned by the client: 0, 1, 2, ...)."""
+                      scope_id: int = 0, deferred_sync: bool = False) -> defer.Deferred:
+        """A new ledger and its WriteHandle (ids assigned by the client: 0, 1, 2, ...). With
+        `deferred_sync` (BookKeeper's WriteFlag.DEFERRED_SYNC, v3) bookies acknowledge adds before their
+        journal sync; `force()` then makes everything added so far durable."""
         return defer.ensureDeferred(self._create(WriteHandle, ensemble_size, write_quorum, ack_quorum, digest_type,
-                                                 password, custom_metadata, scope_id, None))
+                                                 password, custom_metadata, scope_id, None, deferred_sync))
 
     def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                           digest_type=None, password: bytes | str = b"", custom_metadata: dict | None = None,

@@ -60,9 +60,10 @@ class _PendingAdd:
 class WriteHandle(LedgerHandle):
     """A ledger opened for appending (created by this client, or being recovered)."""
 
-    def __init__(self, bk, ledger, versioned, password: bytes, recovery: bool = False):
+    def __init__(self, bk, ledger, versioned, password: bytes, recovery: bool = False, deferred_sync: bool = False):
         super().__init__(bk, ledger, versioned, password)
         self._recovery = recovery
+        self.deferred_sync = deferred_sync          # WriteFlag.DEFERRED_SYNC: acks before journal sync (v3)
         self._expected_state = LedgerState.IN_RECOVERY if recovery else LedgerState.OPEN
         self.last_add_pushed = self.last_add_confirmed
         self.confirmed_length = self.length
@@ -141,7 +142,7 @@ class WriteHandle(LedgerHandle):
         pending.bookies = self._write_bookies(pending.entry_id)
         client = self.bookie_client
         add = client.add_entry
-        fast = client.add_frame_to if not self.scope_id and client.v2_by_default else None
+        fast = client.add_frame_to if not (self.scope_id or self.deferred_sync) and client.v2_by_default else None
         for bookie in pending.bookies:
             if bookie in pending.acked or (only is not None and bookie not in only):
                 continue
@@ -153,7 +154,8 @@ class WriteHandle(LedgerHandle):
                 if fast(self._add_done, pending, bookie, self.ledger_id, pending.entry_id, frame):
                     continue
             d = add(bookie, self.ledger_id, pending.entry_id, pending.entry, self.digest.master_key,
-                    recovery=self._recovery, high_priority=self._recovery, scope_id=self.scope_id)
+                    recovery=self._recovery, high_priority=self._recovery, scope_id=self.scope_id,
+                    deferred_sync=self.deferred_sync)
             if type(d) is PendingRequest and not d.called:
                 # completion calls _add_done directly: no Deferred callback chain per bookie request
                 d.add = pending
