@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalBookie", "start_bookie", "start_bookies", "free_port", "DB_LEDGER_STORAGE"]
+__all__ = ["LocalBookie", "start_bookies", "free_port", "DB_LEDGER_STORAGE"]
 
 DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
 START_TIMEOUT_S = 60.0
@@ -130,11 +130,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def start_bookie(data_dir: Path, port: int | None = None, zk_metadata_uri: str | None = None,
-                 **extra_conf: str) -> LocalBookie:
-    return LocalBookie(Path(data_dir), port or free_port(), zk_metadata_uri, dict(extra_conf)).start()
 
 
 def start_bookies(bookies: list[LocalBookie], timeout_s: float = START_TIMEOUT_S) -> list[LocalBookie]:

@@ -165,27 +165,24 @@ class WriteHandle(LedgerHandle):
                 d.addCallbacks(self._add_ok, self._add_failed, (pending, bookie), None, (pending, bookie))
 
     def _add_done(self, request, _result, error) -> None:
-        pending = request.add
-        if error is not None:
-            self._add_error(error, pending, request.bookie)
-            return
-        # _add_ok, inlined: this runs once per bookie acknowledgement
-        bookie = request.bookie
+        """Completion of a fast-path bookie write (BookieClient.add_frame_to)."""
+        if error is None:
+            self._acked(request.add, request.bookie)
+        else:
+            self._add_error(error, request.add, request.bookie)
+
+    def _add_ok(self, _result, pending: _PendingAdd, bookie: str) -> None:
+        self._acked(pending, bookie)
+
+    def _acked(self, pending: _PendingAdd, bookie: str) -> None:
         if pending.done or pending.bookies is None or bookie not in pending.bookies:
             return
         acked = pending.acked
         acked.add(bookie)
         if len(acked) >= self._ack_quorum:
             pending.done = True
-            if pending is self._pending[0] and not self._changing_ensemble:
-                self._drain()
-
-    def _add_ok(self, _result, pending: _PendingAdd, bookie: str) -> None:
-        if pending.done or pending.bookies is None or bookie not in pending.bookies:
-            return
-        pending.acked.add(bookie)
-        if len(pending.acked) >= self._ack_quorum:
-            pending.done = True
+            # Acks are delivered in entry order: only the head can start a drain (for adv ledgers too,
+            # whose queue is kept sorted by entry id).
             if pending is self._pending[0] and not self._changing_ensemble:
                 self._drain()
 
@@ -400,7 +397,3 @@ class WriteHandleAdv(WriteHandle):
             index -= 1
         queue.insert(index, pending)
 
-    def _add_ok(self, result, pending, bookie) -> None:
-        super()._add_ok(result, pending, bookie)
-        if pending.done and not self._changing_ensemble:
-            self._drain()

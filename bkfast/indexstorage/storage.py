@@ -148,20 +148,17 @@ class IndexedLedgerStorage:
                 raise self._missing(scope_id, ledger_id, -1)
             entry_id = last
         memtable = self._memtable
-        if memtable is not None:
-            data = memtable.get((scope_id, ledger_id), entry_id)
-            if data is not None:
-                return data
-        location = self._cache.get_location(scope_id, ledger_id, entry_id)
-        if location is None:
-            # The entry may have moved from the memtable to the index between the two lookups.
+        # Twice with a memtable: the entry may move from it to the index between the two lookups.
+        for _attempt in range(2 if memtable is not None else 1):
             if memtable is not None:
                 data = memtable.get((scope_id, ledger_id), entry_id)
                 if data is not None:
                     return data
-                location = self._cache.get_location(scope_id, ledger_id, entry_id)
-            if location is None:
-                raise self._missing(scope_id, ledger_id, entry_id)
+            location = self._cache.get_location(scope_id, ledger_id, entry_id)
+            if location is not None:
+                break
+        else:
+            raise self._missing(scope_id, ledger_id, entry_id)
         try:
             return self._logger.read_entry(ledger_id, entry_id, location, scope_id)
         except (StorageCorruptionError, ValueError, OSError):

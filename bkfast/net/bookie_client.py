@@ -215,6 +215,9 @@ class BookieClient:
         calls sink(request, None, error) with `request.add` / `request.bookie` set, and no Deferred is
         made. Returns False (nothing sent) when the general path is needed: a closed client or a
         bookie that cannot be resolved."""
+        return self._send_v2_sink(K_ADD, self.add_timeout, sink, add, bookie_id, ledger_id, entry_id, frame)
+
+    def _send_v2_sink(self, kind, timeout, sink, context, bookie_id, ledger_id, entry_id, frame) -> bool:
         if self.closed:
             return False
         try:
@@ -223,9 +226,8 @@ class BookieClient:
             return False
         self.seq = seq = self.seq + 1
         now = _monotonic()
-        timeout = self.add_timeout
-        ch.send_v2(frame, SinkRequest(K_ADD, ledger_id, entry_id, now, now + timeout if timeout > 0 else _INF, seq,
-                                      sink, add, bookie_id))
+        ch.send_v2(frame, SinkRequest(kind, ledger_id, entry_id, now, now + timeout if timeout > 0 else _INF, seq,
+                                      sink, context, bookie_id))
         return True
 
     def add_entry(self, bookie_id: str, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes, *,
@@ -278,19 +280,10 @@ class BookieClient:
         """Fast path of a plain v2 read (no fence, normal priority): completion calls
         sink(request, entry_bytes, error) with `request.add` = `context`. False when the read needs the
         general path (v3, a closed client, an unresolvable bookie); nothing is sent then."""
-        if self.default_v3 or self.closed:
+        if self.default_v3:
             return False
-        try:
-            ch = self._channel(bookie_id, False, ledger_id)
-        except BKError:
-            return False
-        frame = encode_read_request(ledger_id, entry_id, 0, None)
-        self.seq = seq = self.seq + 1
-        now = _monotonic()
-        timeout = self.read_timeout
-        ch.send_v2(frame, SinkRequest(K_READ, ledger_id, entry_id, now, now + timeout if timeout > 0 else _INF, seq,
-                                      sink, context, bookie_id))
-        return True
+        return self._send_v2_sink(K_READ, self.read_timeout, sink, context, bookie_id, ledger_id, entry_id,
+                                  encode_read_request(ledger_id, entry_id, 0, None))
 
     def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
                    master_key: bytes | None = None, high_priority: bool = False, scope_id: int = 0,
