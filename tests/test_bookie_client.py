@@ -419,16 +419,23 @@ def test_requests_issued_while_connecting_are_flushed_in_one_write(bookie):
     async def scenario():
         ds = [c.add_entry(b, 110, e, entry(110, e), KEY) for e in range(50)]
         (ch,) = c.channels
-        assert ch.state == "connecting" and len(ch.out) == 50
+        assert ch.state == "connecting" and len(ch.core.out) == 50
 
         def connection_made():
             real_write = ch.transport.write
+            real_write_sequence = ch.transport.writeSequence
 
             def write(data):
                 writes.append(len(data))
                 return real_write(data)
 
-            ch.transport.write = write          # counts the writes the channel makes on its socket
+            def write_sequence(frames):
+                writes.append(sum(len(f) for f in frames))
+                return real_write_sequence(frames)
+
+            # counts the writes the channel makes on its socket
+            ch.transport.write = write
+            ch.transport.writeSequence = write_sequence
             type(ch).connectionMade(ch)
 
         ch.connectionMade = connection_made

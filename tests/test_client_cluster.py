@@ -303,6 +303,31 @@ def test_create_ledger_adv(running):
                                                                                          for i in range(4)]
 
 
+def test_frozen_bookie_times_out_and_is_replaced(running):
+    """A bookie of the ensemble stops answering (SIGSTOP, the socket stays open): its adds time out
+    after addEntryTimeoutSec, the writer replaces it and goes on, and every acknowledged entry reads back."""
+    import os
+    import signal
+
+    with _client(running, addEntryTimeoutSec=2) as bk:
+        lh = bk.create_ledger(3, 2, 2, digest_type="CRC32C", password=PASSWORD)
+        lh.add_entries([b"before-%d" % i for i in range(30)])
+        frozen = running.by_id(lh.metadata.ensembles[0][1][2])
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            ids = lh.add_entries([b"after-%d" % i for i in range(30)], max_outstanding=10)
+            waited = time.monotonic() - started
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        assert ids == list(range(30, 60))
+        assert waited >= 1.5, "adds to the frozen bookie were acknowledged without it"
+        md = lh.metadata
+        assert len(md.ensembles) == 2 and frozen.bookie_id not in md.ensembles[-1][1], md.ensembles
+        expected = [b"before-%d" % i for i in range(30)] + [b"after-%d" % i for i in range(30)]
+        assert [e.data for e in lh.read_entries(0, 59)] == expected
+        lh.close()
+
 def test_speculative_read_goes_to_the_next_replica(running):
     """With the first replica frozen (SIGSTOP), a read is answered by the second one after
     speculativeReadTimeout, long before the 60 s read timeout would fail the first request."""

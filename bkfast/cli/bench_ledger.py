@@ -45,25 +45,25 @@ async def _write_phase(reactor, lh, size: int, outstanding: int, duration: float
     started = time.perf_counter()
     deadline = started + duration
 
-    def completed(_entry_id, t0):
+    def completed(error, _entry_id, t0):
         state["in_flight"] -= 1
-        state["ok"] += 1
-        if len(latencies) < _SAMPLE_LIMIT:
-            latencies.append(time.perf_counter() - t0)
-        if rate is None:
-            pump()
+        if error is None:
+            state["ok"] += 1
+            if len(latencies) < _SAMPLE_LIMIT:
+                latencies.append(time.perf_counter() - t0)
+            if rate is None:
+                pump()
+        else:
+            state["errors"] += 1
+            state["error"] = state["error"] or f"{type(error).__name__}: {error}"
         maybe_done()
 
-    def failed(failure):
-        state["in_flight"] -= 1
-        state["errors"] += 1
-        state["error"] = state["error"] or failure.getErrorMessage()
-        maybe_done()
+    add = lh.async_add_entry            # Java's asyncAddEntry with a callback, as BenchThroughputLatency uses
 
     def issue(t0):
         state["in_flight"] += 1
         state["issued"] += 1
-        lh.add_entry(payload).addCallbacks(completed, failed, callbackArgs=(t0,))
+        add(payload, completed, t0)
 
     def pump():
         now = time.perf_counter()

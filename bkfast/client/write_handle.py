@@ -13,10 +13,11 @@ add fails with BKLedgerFencedException. The same machinery re-adds entries durin
 from __future__ import annotations
 
 import logging
-from collections import deque
+import time
 
 from twisted.internet import defer, task
 
+from bkfast._clientpath import AddTracker, PendingAdd
 from bkfast.codec import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD, encode_add_request_for_entry
 from bkfast.errors import (
     BKDuplicateEntryIdException,
@@ -26,12 +27,12 @@ from bkfast.errors import (
     BKLedgerFencedException,
     BKMetadataVersionException,
     BKNotEnoughBookiesException,
+    BKTimeoutException,
     BKUnauthorizedAccessException,
+    error_for_v2_rc,
 )
 from bkfast.meta.ledger_metadata import LedgerState
-from bkfast.net.bookie_client import PendingRequest
 
-from .distribution import write_set
 from .handle import LedgerHandle
 from .placement import choose_replacements
 
@@ -41,43 +42,40 @@ log = logging.getLogger(__name__)
 
 _ENDS_WRITER = (BKLedgerFencedException, BKUnauthorizedAccessException)
 _RECOVERY_FLAGS = FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY
-
-
-class _PendingAdd:
-    __slots__ = ("entry_id", "entry", "length", "acked", "bookies", "deferred", "done", "frame")
-
-    def __init__(self, entry_id: int, entry: bytes, length: int):
-        self.entry_id = entry_id
-        self.entry = entry
-        self.length = length
-        self.acked: set[str] = set()
-        self.bookies: list[str] | None = None      # None until sent
-        self.deferred = defer.Deferred()
-        self.done = False
-        self.frame = None                            # the v2 ADD request, built on first send
+ALL_POSITIONS = (1 << 64) - 1
 
 
 class WriteHandle(LedgerHandle):
-    """A ledger opened for appending (created by this client, or being recovered)."""
+    """A ledger opened for appending (created by this client, or being recovered).
+
+    The pending adds, their acknowledgements and in-order completion live in an AddTracker
+    (bkfast._clientpath, Cython); this class keeps the control logic: errors, ensemble changes, close.
+    """
+
+    _sorted_entry_ids = False
 
     def __init__(self, bk, ledger, versioned, password: bytes, recovery: bool = False, deferred_sync: bool = False):
         super().__init__(bk, ledger, versioned, password)
         self._recovery = recovery
         self.deferred_sync = deferred_sync          # WriteFlag.DEFERRED_SYNC: acks before journal sync (v3)
         self._expected_state = LedgerState.IN_RECOVERY if recovery else LedgerState.OPEN
-        self.last_add_pushed = self.last_add_confirmed
-        self.confirmed_length = self.length
-        self._pending: deque[_PendingAdd] = deque()
+        md = self.metadata
+        client = self.bookie_client
+        # v2 frames through tracked channels unless the add needs v3 (scope, DEFERRED_SYNC) or is a
+        # recovery add (a recovering client may share a connection with the ledger's own writer)
+        fast = not (self.scope_id or deferred_sync or recovery) and client.v2_by_default
+        lac = self.__dict__.pop("_initial_lac")
+        self._core = AddTracker(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, lac, self.length,
+                                fast, self._sorted_entry_ids, client.add_timeout, self._resolve_position,
+                                self._slow_send, self._make_frame, self._position_failed, self._drained)
+        self.last_add_pushed = lac
+        self._frame_flags = _RECOVERY_FLAGS if recovery else 0
         self._changing_ensemble = False
         self._failed_bookies: set[str] = set()
         self._error: BaseException | None = None
         self._closing = False
         self._closed = False
         self._drained_waiters: list[defer.Deferred] = []
-        self._ack_quorum = self.metadata.ack_quorum_size
-        self._write_sets_of = None
-        self._write_sets_first = 0
-        self._write_sets: list[list[str]] = []
         self._explicit_lac_written = -1
         self._explicit_lac_loop: task.LoopingCall | None = None
         interval_ms = self.conf.get("explicitLacInterval")
@@ -85,6 +83,34 @@ class WriteHandle(LedgerHandle):
             self._explicit_lac_loop = task.LoopingCall(self._write_explicit_lac)
             self._explicit_lac_loop.clock = self.reactor
             self._explicit_lac_loop.start(interval_ms / 1000.0, now=False)
+        # Timeouts of tracked adds (the general path's requests time out in their channels): a sweeper
+        # that runs while adds are pending, so an idle or forgotten handle schedules nothing.
+        self._timeout_loop: task.LoopingCall | None = None
+        self._timeout_interval = min(1.0, max(0.05, client.add_timeout / 10.0))
+        if fast and client.add_timeout > 0:
+            self._timeout_loop = task.LoopingCall(self._sweep_timeouts)
+            self._timeout_loop.clock = self.reactor
+
+    # LAC and confirmed length live in the tracker (LedgerHandle.__init__ sets the LAC before it exists)
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._core.lac
+
+    @last_add_confirmed.setter
+    def last_add_confirmed(self, value: int) -> None:
+        core = self.__dict__.get("_core")
+        if core is None:
+            self.__dict__["_initial_lac"] = value
+        else:
+            core.lac = value
+
+    @property
+    def confirmed_length(self) -> int:
+        return self._core.confirmed_length
+
+    @confirmed_length.setter
+    def confirmed_length(self, value: int) -> None:
+        self._core.confirmed_length = value
 
     @property
     def is_closed(self) -> bool:
@@ -92,7 +118,7 @@ class WriteHandle(LedgerHandle):
 
     @property
     def pending_adds(self) -> int:
-        return len(self._pending)
+        return len(self._core.pending)
 
     # --- adds ---------------------------------------------------------------------------------------
     def _refuse(self) -> BaseException | None:
@@ -113,129 +139,123 @@ class WriteHandle(LedgerHandle):
 
     append = add_entry
 
-    def _push(self, entry_id: int, data) -> defer.Deferred:
-        self.length += len(data)
-        pending = _PendingAdd(entry_id, self.digest.encode(entry_id, self.last_add_confirmed, self.length, data),
-                              self.length)
-        self._enqueue(pending)
-        if not self._changing_ensemble:
-            self._send(pending)
-        return pending.deferred
-
-    def _enqueue(self, pending: _PendingAdd) -> None:
-        self._pending.append(pending)
-
-    def _write_bookies(self, entry_id: int) -> list[str]:
-        md = self.metadata
-        if md is not self._write_sets_of:
-            # the write sets of the last segment, by entry_id % E (rebuilt when the metadata changes)
-            first, ensemble = md.last_ensemble
-            self._write_sets_of, self._write_sets_first = md, first
-            self._write_sets = [[ensemble[i] for i in write_set(k, md.ensemble_size, md.write_quorum_size)]
-                                for k in range(md.ensemble_size)]
-        if entry_id >= self._write_sets_first:
-            return self._write_sets[entry_id % md.ensemble_size]
-        ensemble = md.ensemble_at(entry_id)
-        return [ensemble[i] for i in write_set(entry_id, md.ensemble_size, md.write_quorum_size)]
-
-    def _send(self, pending: _PendingAdd, only: set[str] | None = None) -> None:
-        pending.bookies = self._write_bookies(pending.entry_id)
-        client = self.bookie_client
-        add = client.add_entry
-        fast = client.add_frame_to if not (self.scope_id or self.deferred_sync) and client.v2_by_default else None
-        for bookie in pending.bookies:
-            if bookie in pending.acked or (only is not None and bookie not in only):
-                continue
-            if fast is not None:
-                frame = pending.frame
-                if frame is None:       # one v2 frame serves every bookie of the write set
-                    frame = pending.frame = encode_add_request_for_entry(
-                        self.digest.master_key, pending.entry, _RECOVERY_FLAGS if self._recovery else 0)
-                if fast(self._add_done, pending, bookie, self.ledger_id, pending.entry_id, frame):
-                    continue
-            d = add(bookie, self.ledger_id, pending.entry_id, pending.entry, self.digest.master_key,
-                    recovery=self._recovery, high_priority=self._recovery, scope_id=self.scope_id,
-                    deferred_sync=self.deferred_sync)
-            if type(d) is PendingRequest and not d.called:
-                # completion calls _add_done directly: no Deferred callback chain per bookie request
-                d.add = pending
-                d.bookie = bookie
-                d.sink = self._add_done
-            else:
-                d.addCallbacks(self._add_ok, self._add_failed, (pending, bookie), None, (pending, bookie))
-
-    def _add_done(self, request, _result, error) -> None:
-        """Completion of a fast-path bookie write (BookieClient.add_frame_to)."""
-        if error is None:
-            self._acked(request.add, request.bookie)
-        else:
-            self._add_error(error, request.add, request.bookie)
-
-    def _add_ok(self, _result, pending: _PendingAdd, bookie: str) -> None:
-        self._acked(pending, bookie)
-
-    def _acked(self, pending: _PendingAdd, bookie: str) -> None:
-        if pending.done or pending.bookies is None or bookie not in pending.bookies:
+    def async_add_entry(self, data, callback, ctx=None) -> None:
+        """Java's asyncAddEntry(data, cb, ctx): append `data` and call callback(error, entry_id, ctx) once
+        AQ bookies acknowledged it (error None), in entry order, or with the error (entry_id -1 if the
+        add was refused at once). No Deferred is made: the cheapest way to pipeline many adds."""
+        refused = self._refuse()
+        if refused is not None:
+            self.reactor.callLater(0, callback, refused, -1, ctx)
             return
-        acked = pending.acked
-        acked.add(bookie)
-        if len(acked) >= self._ack_quorum:
-            pending.done = True
-            # Acks are delivered in entry order: only the head can start a drain (for adv ledgers too,
-            # whose queue is kept sorted by entry id).
-            if pending is self._pending[0] and not self._changing_ensemble:
-                self._drain()
+        entry_id = self.last_add_pushed + 1
+        self.last_add_pushed = entry_id
+        self._push(entry_id, data, callback, ctx)
 
-    def _add_failed(self, failure, pending: _PendingAdd, bookie: str) -> None:
-        self._add_error(failure.value, pending, bookie)
+    def _push(self, entry_id: int, data, callback=None, ctx=None) -> defer.Deferred | None:
+        self.length += len(data)
+        d = defer.Deferred() if callback is None else None
+        loop = self._timeout_loop
+        if loop is not None and not loop.running and self._error is None:
+            loop.start(self._timeout_interval, now=False)
+        self._core.push(PendingAdd(entry_id, self.digest.encode(entry_id, self._core.lac, self.length, data),
+                                   self.length, d, callback, ctx))
+        return d
 
-    def _add_error(self, exc: BaseException, pending: _PendingAdd, bookie: str) -> None:
+    def _make_frame(self, entry) -> bytes:
+        return encode_add_request_for_entry(self.digest.master_key, entry, self._frame_flags)
+
+    def _resolve_position(self, position: int):
+        """The tracked channel of an ensemble position (AddTracker.resolve)."""
+        core = self.bookie_client.tracked_channel(self.metadata.last_ensemble[1][position], self.ledger_id,
+                                                  self._core, position)
+        self._core.channels[position] = core
+        return core
+
+    def _slow_send(self, pending, position: int) -> None:
+        """One add to one bookie on the general path (v3, scoped, recovery; AddTracker.slow_send)."""
+        bookie = self.metadata.last_ensemble[1][position]
+        d = self.bookie_client.add_entry(bookie, self.ledger_id, pending.entry_id, pending.entry,
+                                         self.digest.master_key, recovery=self._recovery,
+                                         high_priority=self._recovery, scope_id=self.scope_id,
+                                         deferred_sync=self.deferred_sync)
+        d.addCallbacks(self._slow_ok, self._slow_failed, (pending.entry_id, position, bookie), None,
+                       (pending.entry_id, position, bookie))
+
+    def _slow_ok(self, _result, entry_id: int, position: int, bookie: str) -> None:
+        if self._still_at(position, bookie):
+            self._core.on_ack(position, entry_id, 0)
+
+    def _slow_failed(self, failure, entry_id: int, position: int, bookie: str) -> None:
+        if self._still_at(position, bookie):
+            self._core.on_failed(position, entry_id, failure.value)
+
+    def _still_at(self, position: int, bookie: str) -> bool:
+        ensemble = self.metadata.last_ensemble[1]
+        return position < len(ensemble) and ensemble[position] == bookie
+
+    def _position_failed(self, position: int, entry_id: int, error) -> None:
+        """AddTracker.on_error: a bookie of the ensemble answered an add with an error, timed out, or
+        lost its connection."""
+        bookie = self.metadata.last_ensemble[1][position]
+        if isinstance(error, int):
+            error = error_for_v2_rc(error, f"add on bookie {bookie}, ledger {self.ledger_id}, entry {entry_id}")
+        self._add_error(error, entry_id, bookie)
+
+    def _sweep_timeouts(self) -> None:
+        if not self._core.pending:
+            self._timeout_loop.stop()
+            return
+        for position, entry_id in self._core.expired(time.monotonic()):
+            if self._error is not None:
+                return
+            bookie = self.metadata.last_ensemble[1][position]
+            self._add_error(BKTimeoutException(
+                f"no response within the timeout: add on bookie {bookie}, ledger {self.ledger_id}, "
+                f"entry {entry_id}"), entry_id, bookie)
+
+    def _drained(self) -> None:
+        if self._drained_waiters:
+            waiters, self._drained_waiters = self._drained_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    def _add_error(self, exc: BaseException, entry_id: int, bookie: str) -> None:
         if self._error is not None:
             return
         if isinstance(exc, _ENDS_WRITER):
             log.warning("ledger %d entry %d: bookie %s refused the add (%s); the writer stops",
-                        self.ledger_id, pending.entry_id, bookie, exc)
-            self._fail_handle(exc if isinstance(exc, BKLedgerFencedException) else exc)
+                        self.ledger_id, entry_id, bookie, exc)
+            self._fail_handle(exc)
             return
         if bookie not in self.metadata.last_ensemble[1]:
             return                                  # already replaced
         log.warning("ledger %d entry %d: write to bookie %s failed (%s); replacing it",
-                    self.ledger_id, pending.entry_id, bookie, exc)
+                    self.ledger_id, entry_id, bookie, exc)
         self._failed_bookies.add(bookie)
         if not self._changing_ensemble:
             defer.ensureDeferred(self._change_ensemble())
 
     def _drain(self) -> None:
-        pending_adds = self._pending
-        while pending_adds and not self._changing_ensemble:
-            head = pending_adds[0]
-            if not head.done or head.entry_id != self.last_add_confirmed + 1:
-                break
-            pending_adds.popleft()
-            self.last_add_confirmed = head.entry_id
-            self.confirmed_length = head.length
-            head.entry = head.frame = None
-            head.deferred.callback(head.entry_id)
-        if not pending_adds and self._drained_waiters:
-            waiters, self._drained_waiters = self._drained_waiters, []
-            for waiter in waiters:
-                waiter.callback(None)
+        self._core.drain()
 
     def _fail_handle(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        self._stop_explicit_lac()
-        pending_adds, self._pending = self._pending, deque()
+        self._stop_loops()
+        core = self._core
+        pending_adds = list(core.pending)
+        core.pending.clear()
+        core.by_entry.clear()
+        core.release_positions((1 << core.ensemble_size) - 1)
         for pending in pending_adds:
-            if not pending.deferred.called:
-                pending.deferred.errback(self._error)
-        waiters, self._drained_waiters = self._drained_waiters, []
-        for waiter in waiters:
-            waiter.callback(None)
+            pending.complete(self._error)
+        self._drained()
 
     # --- ensemble change ----------------------------------------------------------------------------
     async def _change_ensemble(self) -> None:
         self._changing_ensemble = True
+        core = self._core
+        core.holding = True
         try:
             while self._failed_bookies and self._error is None:
                 md = self.metadata
@@ -244,7 +264,7 @@ class WriteHandle(LedgerHandle):
                 self._failed_bookies -= set(self._failed_bookies) - failed
                 if not failed:
                     break
-                new_first = self.last_add_confirmed + 1
+                new_first = core.lac + 1
                 try:
                     new_ensemble = choose_replacements(self.bk.writable_bookies, ensemble,
                                                        failed | self.bk.recently_failed, self.scope_id)
@@ -269,18 +289,17 @@ class WriteHandle(LedgerHandle):
                 self.metadata, self.metadata_version = versioned.metadata, versioned.version
                 self._failed_bookies -= failed
                 self.bk.note_failed_bookies(failed)
-                replaced = {new for old, new in zip(ensemble, new_ensemble, strict=True) if old != new}
+                replaced = 0
+                for position, (old, new) in enumerate(zip(ensemble, new_ensemble, strict=True)):
+                    if old != new:
+                        replaced |= 1 << position
                 log.info("ledger %d: ensemble change at entry %d: %s -> %s", self.ledger_id, new_first,
                          ",".join(ensemble), ",".join(new_ensemble))
-                for pending in list(self._pending):
-                    if pending.bookies is None:
-                        continue                    # queued during the change; sent below
-                    gone = [b for b in pending.acked if b not in new_ensemble]
-                    for bookie in gone:
-                        pending.acked.discard(bookie)
-                    if len(pending.acked) < self._ack_quorum:
-                        pending.done = False
-                    self._send(pending, only=replaced)
+                # acks of replaced bookies no longer count; their adds go to the replacements
+                core.release_positions(replaced)
+                for pending in list(core.pending):
+                    if pending.queued:              # (adds queued during the change are sent below)
+                        core.send(pending, replaced)
         except BKError as exc:
             log.error("ledger %d: ensemble change failed: %s", self.ledger_id, exc)
             self._fail_handle(exc)
@@ -289,11 +308,12 @@ class WriteHandle(LedgerHandle):
             self._fail_handle(BKError(f"ledger {self.ledger_id}: ensemble change failed: {exc!r}"))
         finally:
             self._changing_ensemble = False
+            core.holding = False
         if self._error is None:
-            for pending in list(self._pending):
-                if pending.bookies is None:
-                    self._send(pending)
-            self._drain()
+            for pending in list(core.pending):
+                if not pending.queued:
+                    core.send(pending, ALL_POSITIONS)
+            core.drain()
 
     # --- LAC, force, close --------------------------------------------------------------------------
     def _write_explicit_lac(self) -> None:
@@ -308,12 +328,13 @@ class WriteHandle(LedgerHandle):
             d.addErrback(lambda f, b=bookie: log.info("ledger %d: explicit LAC %d to %s failed: %s",
                                                       self.ledger_id, lac, b, f.value))
 
-    def _stop_explicit_lac(self) -> None:
-        if self._explicit_lac_loop is not None and self._explicit_lac_loop.running:
-            self._explicit_lac_loop.stop()
+    def _stop_loops(self) -> None:
+        for loop in (self._explicit_lac_loop, self._timeout_loop):
+            if loop is not None and loop.running:
+                loop.stop()
 
     def _wait_drained(self) -> defer.Deferred:
-        if not self._pending or self._error is not None:
+        if not self._core.pending or self._error is not None:
             return defer.succeed(None)
         waiter = defer.Deferred()
         self._drained_waiters.append(waiter)
@@ -339,7 +360,7 @@ class WriteHandle(LedgerHandle):
             return
         self._closing = True
         await self._wait_drained()
-        self._stop_explicit_lac()
+        self._stop_loops()
         if self._error is not None:
             self._closed = True
             return
@@ -376,24 +397,18 @@ class WriteHandleAdv(WriteHandle):
     """create_ledger_adv: the caller chooses entry ids (unique, any order); LAC still advances only
     through a gap-free prefix and acknowledgements are delivered in entry order."""
 
+    _sorted_entry_ids = True
+
     def add_entry(self, entry_id: int, data) -> defer.Deferred:  # type: ignore[override]
         refused = self._refuse()
         if refused is not None:
             return defer.fail(refused)
         if not isinstance(entry_id, int) or entry_id < 0:
             return defer.fail(BKIncorrectParameterException(f"ledger {self.ledger_id}: bad entry id {entry_id!r}"))
-        if entry_id <= self.last_add_confirmed or any(p.entry_id == entry_id for p in self._pending):
+        if entry_id <= self.last_add_confirmed or entry_id in self._core.by_entry:
             return defer.fail(BKDuplicateEntryIdException(
                 f"ledger {self.ledger_id}: entry {entry_id} was already added"))
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
         return self._push(entry_id, data)
 
     append = add_entry
-
-    def _enqueue(self, pending: _PendingAdd) -> None:
-        queue = self._pending
-        index = len(queue)
-        while index > 0 and queue[index - 1].entry_id > pending.entry_id:
-            index -= 1
-        queue.insert(index, pending)
-

@@ -1,10 +1,12 @@
 """One client connection to one bookie (v2 binary or v3 protobuf): framing, matching, timeouts.
 
 Owns: a `BookieChannel` (a Twisted Protocol) and the bookkeeping of its in-flight requests (`PendingRequest`).
-Requests are complete frames built by `bookie_client`; they are buffered and written with ONE
-`transport.write` per reactor turn (or at once past `FLUSH_BYTES`); requests issued while connecting are
-buffered the same way and flushed in one write when the connection is made. Responses are cut by the Cython
-`FrameSplitter` and matched: v3 by txnId; v2 (no request id) by FIFO queues keyed by (ledger id, entry id),
+Requests are complete frames built by `bookie_client`; they are buffered (in the channel's Cython
+`ChannelCore`) and written with ONE `transport.writeSequence` per reactor turn (or at once past
+`FLUSH_BYTES`); requests issued while connecting are buffered the same way and flushed in one write when the
+connection is made. Responses are cut by the Cython `FrameSplitter` and matched: v2 ADD answers for a
+ledger whose write handle registered an AckPort go straight to its AddTracker (bkfast._clientpath: no
+per-request object at all); v3 by txnId; other v2 answers by FIFO queues keyed by (ledger id, entry id),
 one table for adds and one for reads, as Java's v2 client does. A READ of entry -1 is keyed (ledger, -1); a
 v2 bookie echoes -1 in its answer, but a response carrying a real entry id for a ledger with -1 reads
 pending goes to the earliest issued of the matching explicit read and the first -1 read.
@@ -29,6 +31,7 @@ from twisted.internet import error as terror
 from twisted.internet import protocol, task
 from twisted.internet.defer import Deferred
 
+from bkfast._clientpath import ChannelCore
 from bkfast.codec import FrameSplitter
 from bkfast.errors import (
     BKBookieHandleNotAvailableException,
@@ -101,24 +104,6 @@ class PendingRequest(Deferred):
         self.done = False
         self.seq = seq
 
-    # Fast path for callers that complete many requests (the ledger client's adds): when `sink` is set,
-    # completion calls sink(request, result, error) directly instead of running Deferred callbacks.
-    sink = None
-
-    def callback(self, result) -> None:
-        sink = self.sink
-        if sink is None:
-            Deferred.callback(self, result)
-        else:
-            sink(self, result, None)
-
-    def errback(self, fail=None) -> None:
-        sink = self.sink
-        if sink is None:
-            Deferred.errback(self, fail)
-        else:
-            sink(self, None, getattr(fail, "value", fail))
-
     def context(self, bookie_id: str) -> str:
         return f"{KIND_NAMES[self.kind]} on bookie {bookie_id}, ledger {self.ledger_id}, entry {self.entry_id}"
 
@@ -130,7 +115,7 @@ class PendingRequest(Deferred):
 
 class SinkRequest:
     """A request whose completion calls `sink(request, result, error)`: no Deferred at all (the ledger
-    client's adds; one object per bookie write on the hottest path). `add` and `bookie` are the
+    client's plain reads; one object per bookie request on a hot path). `add` and `bookie` are the
     caller's context. Same interface as PendingRequest for matching, timeouts and failures."""
 
     __slots__ = ("kind", "ledger_id", "entry_id", "started", "deadline", "done", "seq", "sink", "add", "bookie")
@@ -213,9 +198,9 @@ class BookieChannel(protocol.Protocol):
         self.on_closed = on_closed
         self.slot = None                         # the owner's bookkeeping (BookieClient: its slot list, index)
         self.connector = None
-        self.out: list = []
-        self.out_bytes = 0
         self.flush_call = None
+        # output buffer and (v2) response dispatch; tracked adds of ledger handles bypass the tables below
+        self.core = ChannelCore(self._schedule_flush, self.flush, self._handle_v2_frame, FLUSH_BYTES)
         self.adds: dict = {}                     # v2: (ledger, entry) -> request or [requests]
         self.reads: dict = {}
         self.txns: dict = {}                     # v3: txnId -> request
@@ -240,13 +225,14 @@ class BookieChannel(protocol.Protocol):
             self.transport.abortConnection()
             return
         self.state = CONNECTED
+        self.core.connected = True
         try:
             self.transport.setTcpNoDelay(True)
         except Exception:                    # not a TCP transport (never on the real reactor)
             pass
         log.info("connected to bookie %s (%s), %d requests queued", self.bookie_id, "v3" if self.v3 else "v2",
-                 self.inflight)
-        if self.out:
+                 self.pending_count)
+        if self.core.out:
             self.flush()
 
     def connect_failed(self, reason) -> None:
@@ -260,7 +246,7 @@ class BookieChannel(protocol.Protocol):
             refused = " (refused)" if reason.check(terror.ConnectionRefusedError) else ""
             why = f"cannot connect to bookie {self.bookie_id}{refused}: {reason.getErrorMessage()}"
             make = BKBookieHandleNotAvailableException
-        log.warning("%s; failing %d requests", why, self.inflight)
+        log.warning("%s; failing %d requests", why, self.pending_count)
         self._shut(make, why)
         self._closed_now()
 
@@ -269,8 +255,8 @@ class BookieChannel(protocol.Protocol):
             clean = reason is None or reason.check(terror.ConnectionDone)
             why = f"connection to bookie {self.bookie_id} lost" + (
                 "" if clean else f": {reason.getErrorMessage()}")
-            log.log(logging.WARNING if self.inflight else logging.INFO, "%s; failing %d pending requests", why,
-                    self.inflight)
+            log.log(logging.WARNING if self.pending_count else logging.INFO, "%s; failing %d pending requests", why,
+                    self.pending_count)
             self._shut(BKBookieHandleNotAvailableException, why)
         self._closed_now()
 
@@ -283,8 +269,8 @@ class BookieChannel(protocol.Protocol):
         self.closed_waiters.append(d)
         if self.state is not CLOSED:
             why = why or f"connection to bookie {self.bookie_id} closed by the client"
-            if self.inflight:
-                log.info("%s; failing %d pending requests", why, self.inflight)
+            if self.pending_count:
+                log.info("%s; failing %d pending requests", why, self.pending_count)
             was_connected = self.state is CONNECTED
             self._shut(BKBookieHandleNotAvailableException, why)
             if was_connected and self.transport is not None:
@@ -303,8 +289,7 @@ class BookieChannel(protocol.Protocol):
         if self.flush_call is not None and self.flush_call.active():
             self.flush_call.cancel()
         self.flush_call = None
-        self.out = []
-        self.out_bytes = 0
+        self.core.lose(make(f"{why} (adds of ledgers written through bookie {self.bookie_id})"))
         pending = []
         for table in (self.adds, self.reads):
             for v in table.values():
@@ -342,26 +327,24 @@ class BookieChannel(protocol.Protocol):
         self._write(frame)
 
     def _write(self, frame: bytes) -> None:
-        self.out.append(frame)
-        self.out_bytes += len(frame)
-        if self.state is not CONNECTED:
-            return
-        if self.out_bytes >= FLUSH_BYTES:
-            self.flush()
-        elif self.flush_call is None:
-            self.flush_call = self.reactor.callLater(0, self.flush)
+        self.core.write(frame)
+
+    def _schedule_flush(self) -> None:
+        self.flush_call = self.reactor.callLater(0, self.flush)
 
     def flush(self) -> None:
         if self.flush_call is not None:
             if self.flush_call.active():
                 self.flush_call.cancel()
             self.flush_call = None
-        out = self.out
-        if not out or self.state is not CONNECTED:
-            return
-        self.out = []
-        self.out_bytes = 0
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        frames = self.core.take()
+        if frames and self.state is CONNECTED:
+            self.transport.writeSequence(frames)
+
+    @property
+    def pending_count(self) -> int:
+        """Requests sent and not answered (tables and tracked adds)."""
+        return self.inflight + self.core.inflight
 
     # --- receiving ----------------------------------------------------------------------------------
     def dataReceived(self, data):
@@ -385,38 +368,37 @@ class BookieChannel(protocol.Protocol):
             self.close(f"undecodable response from bookie {self.bookie_id}: {err!r}")
 
     def _handle_v2(self, frames) -> None:
-        unpack = _V2_RESPONSE.unpack_from
-        adds = self.adds
-        for f in frames:
-            header, rc, ledger_id, entry_id = unpack(f)
-            op = (header >> 16) & 0xFF if header >> 24 else header & 0xFF
-            if op == _V2_ADD:
-                req = _queue_pop(adds, (ledger_id, entry_id))
-                if req is None or req.done:
-                    self._stray(req, "ADD", ledger_id, entry_id)
-                    continue
-                self.inflight -= 1
-                req.done = True
-                if rc == 0:
-                    req.callback(None)
-                else:
-                    req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
-            elif op == _V2_READ:
-                req = self._pop_read(ledger_id, entry_id)
-                if req is None or req.done:
-                    self._stray(req, "READ", ledger_id, entry_id)
-                    continue
-                self.inflight -= 1
-                req.done = True
-                if rc == 0:
-                    req.callback(f[24:])
-                else:
-                    req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
-            else:
-                log.warning("bookie %s sent an unexpected v2 response (opcode %d, ledger %d, entry %d)",
-                            self.bookie_id, op, ledger_id, entry_id)
-            if self.state is CLOSED:
+        self.core.dispatch_v2(frames, self.adds)
+
+    def _handle_v2_frame(self, f) -> None:
+        """One v2 answer that is not a tracked add (see bkfast._clientpath)."""
+        header, rc, ledger_id, entry_id = _V2_RESPONSE.unpack_from(f)
+        op = (header >> 16) & 0xFF if header >> 24 else header & 0xFF
+        if op == _V2_ADD:
+            req = _queue_pop(self.adds, (ledger_id, entry_id))
+            if req is None or req.done:
+                self._stray(req, "ADD", ledger_id, entry_id)
                 return
+            self.inflight -= 1
+            req.done = True
+            if rc == 0:
+                req.callback(None)
+            else:
+                req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
+        elif op == _V2_READ:
+            req = self._pop_read(ledger_id, entry_id)
+            if req is None or req.done:
+                self._stray(req, "READ", ledger_id, entry_id)
+                return
+            self.inflight -= 1
+            req.done = True
+            if rc == 0:
+                req.callback(f[24:])
+            else:
+                req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
+        else:
+            log.warning("bookie %s sent an unexpected v2 response (opcode %d, ledger %d, entry %d)",
+                        self.bookie_id, op, ledger_id, entry_id)
 
     def _pop_read(self, ledger_id: int, entry_id: int):
         reads = self.reads

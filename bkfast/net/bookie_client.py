@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from twisted.internet import defer
 
+from bkfast._clientpath import AckPort
 from bkfast.codec import (
     FLAG_DO_FENCING,
     FLAG_HIGH_PRIORITY,
@@ -209,13 +210,27 @@ class BookieClient:
     def v2_by_default(self) -> bool:
         return not self.default_v3
 
-    def add_frame_to(self, sink, add, bookie_id: str, ledger_id: int, entry_id: int, frame: bytes) -> bool:
-        """The ledger client's fast path of a v2 add: `frame` is the complete v2 ADD request
-        (codec.encode_add_request_for_entry; one frame serves every bookie of a write set); completion
-        calls sink(request, None, error) with `request.add` / `request.bookie` set, and no Deferred is
-        made. Returns False (nothing sent) when the general path is needed: a closed client or a
-        bookie that cannot be resolved."""
-        return self._send_v2_sink(K_ADD, self.add_timeout, sink, add, bookie_id, ledger_id, entry_id, frame)
+    def tracked_channel(self, bookie_id: str, ledger_id: int, tracker, position: int):
+        """The ledger client's fast path of v2 adds: the v2 connection's ChannelCore for `ledger_id` on
+        `bookie_id`, with an AckPort registered so that its ADD answers for the ledger go straight to
+        `tracker` (bkfast._clientpath.AddTracker) as ensemble position `position`. Frames written to it
+        are complete v2 ADD requests. None when the general path is needed: a closed client, a bookie that
+        cannot be resolved, or another tracker already writing that ledger over this connection."""
+        if self.closed:
+            return None
+        try:
+            ch = self._channel(bookie_id, False, ledger_id)
+        except BKError:
+            return None
+        core = ch.core
+        port = core.ports.get(ledger_id)
+        if port is None:
+            core.ports[ledger_id] = AckPort(tracker, position)
+        elif port.tracker is not tracker:
+            return None
+        else:
+            port.position = position
+        return core
 
     def _send_v2_sink(self, kind, timeout, sink, context, bookie_id, ledger_id, entry_id, frame) -> bool:
         if self.closed:
