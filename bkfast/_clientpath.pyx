@@ -26,6 +26,7 @@ log = logging.getLogger("bkfast.client.write_handle")
 _monotonic = time.monotonic
 
 DEF V2_ADD = 1
+DEF V2_READ = 2
 DEF RESPONSE_HEADER = 24
 
 
@@ -56,6 +57,7 @@ cdef class ChannelCore:
     cdef public bint flush_scheduled
     cdef public Py_ssize_t inflight       # tracked adds sent and not answered
     cdef public dict ports                # ledger id -> AckPort
+    cdef public dict read_ports           # ledger id -> [ReadPort] (reads in flight of that ledger)
     cdef public object schedule_flush     # called once per reactor turn with output waiting
     cdef public object flush_now          # called when the buffer passes flush_bytes
     cdef public object slow_frame         # the channel's Python handler for every other frame
@@ -69,6 +71,7 @@ cdef class ChannelCore:
         self.flush_scheduled = False
         self.inflight = 0
         self.ports = {}
+        self.read_ports = {}
         self.schedule_flush = schedule_flush
         self.flush_now = flush_now
         self.slow_frame = slow_frame
@@ -94,9 +97,11 @@ cdef class ChannelCore:
             self.out_bytes = 0
         return out
 
-    def dispatch_v2(self, list frames, dict slow_adds):
-        """Route v2 response frames: tracked ADD answers to their port, the rest to `slow_frame`.
-        `slow_adds` is the channel's table of untracked adds; an answer it is waiting for goes there."""
+    def dispatch_v2(self, list frames, dict slow_adds, dict slow_reads):
+        """Route v2 response frames: tracked ADD answers to their AckPort, READ answers of batches to
+        their ReadPort, the rest to `slow_frame`. `slow_adds` / `slow_reads` are the channel's tables of
+        untracked requests; an answer they are waiting for goes there (a READ of entry -1 pending for the
+        ledger takes precedence, see bookie_channel)."""
         cdef bytes f
         cdef const uint8_t *p
         cdef uint32_t header
@@ -104,26 +109,36 @@ cdef class ChannelCore:
         cdef int32_t rc
         cdef int64_t ledger_id, entry_id
         cdef AckPort port
+        cdef ReadPort read_port
         cdef dict ports = self.ports
+        cdef dict read_ports = self.read_ports
+        cdef bint handled
         for f in frames:
-            if PyBytes_GET_SIZE(f) < RESPONSE_HEADER or not ports:
-                self.slow_frame(f)
-            else:
+            handled = False
+            if PyBytes_GET_SIZE(f) >= RESPONSE_HEADER and (ports or read_ports):
                 p = <const uint8_t *>PyBytes_AS_STRING(f)
                 header = _u32(p)
                 op = (header >> 16) & 0xFF if header >> 24 else header & 0xFF
-                if op != V2_ADD:
-                    self.slow_frame(f)
-                else:
-                    ledger_id = _i64(p + 8)
-                    entry_id = _i64(p + 16)
+                ledger_id = _i64(p + 8)
+                entry_id = _i64(p + 16)
+                rc = <int32_t>_u32(p + 4)
+                if op == V2_ADD:
                     port = ports.get(ledger_id)
-                    if port is None or (slow_adds and (ledger_id, entry_id) in slow_adds):
-                        self.slow_frame(f)
-                    else:
-                        rc = <int32_t>_u32(p + 4)
+                    if port is not None and not (slow_adds and (ledger_id, entry_id) in slow_adds):
                         self.inflight -= 1
                         port.tracker.on_ack(port.position, entry_id, rc)
+                        handled = True
+                elif op == V2_READ:
+                    batches = read_ports.get(ledger_id)
+                    if batches is not None and not (slow_reads and ((ledger_id, entry_id) in slow_reads
+                                                                    or (ledger_id, -1) in slow_reads)):
+                        for read_port in batches:
+                            if read_port.batch.on_frame(read_port.bookie, entry_id, rc, f):
+                                self.inflight -= 1
+                                handled = True
+                                break
+            if not handled:
+                self.slow_frame(f)
             if self.closed:
                 return
 
@@ -136,9 +151,13 @@ cdef class ChannelCore:
         self.out_bytes = 0
         self.inflight = 0
         ports, self.ports = self.ports, {}
+        read_ports, self.read_ports = self.read_ports, {}
         for port in list(ports.values()):
             if port.position >= 0:
                 port.tracker.on_channel_lost(port.position, error)
+        for batches in list(read_ports.values()):
+            for read_port in batches:
+                (<ReadPort>read_port).batch.on_channel_lost((<ReadPort>read_port).bookie, error)
 
 
 
@@ -384,4 +403,226 @@ cdef class AddTracker:
             for position in range(self.ensemble_size):
                 if late & ((<uint64_t>1) << position):
                     out.append((position, p.entry_id))
+        return out
+
+
+# --- reads --------------------------------------------------------------------------------------------
+
+cdef class ReadPort:
+    """"Reads of a ledger on this channel, by bookie `bookie`, belong to ReadBatchCore `batch`"."""
+    cdef public ReadBatchCore batch
+    cdef public object bookie
+
+    def __init__(self, ReadBatchCore batch, bookie):
+        self.batch = batch
+        self.bookie = bookie
+
+
+cdef class EntryRead:
+    """One entry being read: its replicas in write-set order, which were asked and not answered yet."""
+
+    cdef public int64_t entry_id
+    cdef public list bookies
+    cdef public int next_index
+    cdef public list outstanding
+    cdef public list errors
+    cdef public bint done
+    cdef public double sent_at
+
+    def __init__(self, int64_t entry_id, list bookies):
+        self.entry_id = entry_id
+        self.bookies = bookies
+        self.next_index = 0
+        self.outstanding = []
+        self.errors = []
+        self.done = False
+        self.sent_at = 0.0
+
+
+cdef class ReadBatchCore:
+    """Entries [first, last] of one ledger read with at most `window` in flight (Java's
+    PendingReadOp for a range): replicas asked in write-set order, each answer digest-verified, results
+    kept in entry order. Fast path: v2 READ frames on ChannelCores where a ReadPort routes the answers
+    here. Python callbacks: `resolve(bookie)` -> ChannelCore with this batch's port, or None for the
+    general path `slow_send(read, bookie)` (whose outcome comes back through on_result);
+    `verify(data, entry_id)` -> (entry, piggybacked LAC) or raises; `failed(read, error)` when a replica
+    failed (error: exception or v2 rc); `finished()` once every entry is in (or the batch failed)."""
+
+    cdef public int64_t ledger_id, first, last, next_entry, remaining, max_lac
+    cdef public int window, active, ensemble_size, write_quorum
+    cdef public list results
+    cdef public dict in_flight           # entry id -> EntryRead (also done ones with replicas still asked)
+    cdef public dict channels            # bookie -> ChannelCore
+    cdef public list segment_firsts
+    cdef public list segment_bookies
+    cdef public dict write_sets          # segment * E + e % E -> bookies
+    cdef public bint fast, closed
+    cdef public object resolve, slow_send, verify, failed, finished, make_frame
+
+    def __init__(self, int64_t ledger_id, int64_t first, int64_t last, int window, list ensembles,
+                 int ensemble_size, int write_quorum, bint fast, resolve, slow_send, verify, failed, finished,
+                 make_frame):
+        self.ledger_id = ledger_id
+        self.first = first
+        self.last = last
+        self.next_entry = first
+        self.remaining = last - first + 1
+        self.max_lac = -1
+        self.window = window
+        self.active = 0
+        self.ensemble_size = ensemble_size
+        self.write_quorum = write_quorum
+        self.results = [None] * (last - first + 1)
+        self.in_flight = {}
+        self.channels = {}
+        self.segment_firsts = [s[0] for s in ensembles]
+        self.segment_bookies = [s[1] for s in ensembles]
+        self.write_sets = {}
+        self.fast = fast
+        self.closed = False
+        self.resolve = resolve
+        self.slow_send = slow_send
+        self.verify = verify
+        self.failed = failed
+        self.finished = finished
+        self.make_frame = make_frame
+
+    cdef list _write_set(self, int64_t e, Py_ssize_t *segment):
+        cdef Py_ssize_t n = len(self.segment_firsts)
+        cdef int base, w, E = self.ensemble_size
+        while segment[0] + 1 < n and <int64_t>self.segment_firsts[segment[0] + 1] <= e:
+            segment[0] += 1
+        key = segment[0] * E + e % E
+        bookies = self.write_sets.get(key)
+        if bookies is None:
+            ensemble = self.segment_bookies[segment[0]]
+            base = <int>(e % E)
+            bookies = [ensemble[(base + w) % E] for w in range(self.write_quorum)]
+            self.write_sets[key] = bookies
+        return bookies
+
+    cpdef fill(self):
+        cdef Py_ssize_t segment = 0
+        cdef EntryRead r
+        while self.next_entry <= self.last and self.active < self.window and not self.closed:
+            r = EntryRead(self.next_entry, self._write_set(self.next_entry, &segment))
+            self.next_entry += 1
+            self.in_flight[r.entry_id] = r
+            self.active += 1
+            self.send_next(r)
+
+    cpdef bint send_next(self, EntryRead r):
+        """Ask the next replica of `r`; False when every replica was asked."""
+        cdef ChannelCore ch
+        if r.next_index >= len(r.bookies):
+            return False
+        bookie = r.bookies[r.next_index]
+        r.next_index += 1
+        r.outstanding.append(bookie)
+        r.sent_at = _monotonic()
+        if self.fast:
+            ch = self.channels.get(bookie)
+            if ch is None or ch.closed:
+                ch = self.resolve(bookie)
+                self.channels[bookie] = ch
+            if ch is not None:
+                ch.inflight += 1
+                ch.write(self.make_frame(self.ledger_id, r.entry_id))
+                return True
+        self.slow_send(r, bookie)
+        return True
+
+    cdef bint on_frame(self, bookie, int64_t entry_id, int rc, bytes frame) except -1:
+        cdef EntryRead r = self.in_flight.get(entry_id)
+        if r is None or bookie not in r.outstanding:
+            return False
+        self.on_result(bookie, entry_id, frame[RESPONSE_HEADER:] if rc == 0 else None, rc)
+        return True
+
+    cpdef on_result(self, bookie, int64_t entry_id, data, error):
+        """A replica's answer: `data` (the stored entry) or `error` (an exception or a v2 rc)."""
+        cdef EntryRead r = self.in_flight.get(entry_id)
+        if r is None or bookie not in r.outstanding:
+            return
+        r.outstanding.remove(bookie)
+        if r.done:
+            if not r.outstanding:
+                del self.in_flight[entry_id]
+                if self.closed and not self.in_flight:
+                    self._release_ports()
+            return
+        if data is None:
+            self.failed(r, error)
+            return
+        try:
+            entry, lac = self.verify(data, entry_id)
+        except Exception as exc:
+            self.failed(r, exc)
+            return
+        self._entry_in(r, entry, lac)
+
+    cdef _entry_in(self, EntryRead r, entry, int64_t lac):
+        r.done = True
+        self.active -= 1
+        if not r.outstanding:
+            del self.in_flight[r.entry_id]
+        if self.closed:
+            return
+        self.results[r.entry_id - self.first] = entry
+        if lac > self.max_lac:
+            self.max_lac = lac
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.close()
+            self.finished()
+        elif self.next_entry <= self.last and self.active <= self.window >> 1:
+            self.fill()                 # refill in bulk, not one read per completion
+
+    def give_up(self, EntryRead r):
+        """Every replica of `r` failed (the caller fails the batch)."""
+        r.done = True
+        self.active -= 1
+        if not r.outstanding:
+            self.in_flight.pop(r.entry_id, None)
+
+    def close(self):
+        """No more results are taken; ports go once no replica is still being asked."""
+        self.closed = True
+        if not self.in_flight:
+            self._release_ports()
+
+    cdef _release_ports(self):
+        cdef ChannelCore ch
+        channels, self.channels = self.channels, {}
+        for ch in channels.values():
+            if ch is None:
+                continue
+            ports = ch.read_ports.get(self.ledger_id)
+            if ports is None:
+                continue
+            kept = [p for p in ports if (<ReadPort>p).batch is not self]
+            if kept:
+                ch.read_ports[self.ledger_id] = kept
+            else:
+                del ch.read_ports[self.ledger_id]
+
+    def on_channel_lost(self, bookie, error):
+        self.channels.pop(bookie, None)
+        for r in list(self.in_flight.values()):
+            if bookie in (<EntryRead>r).outstanding:
+                self.on_result(bookie, (<EntryRead>r).entry_id, None, error)
+
+    def expired(self, double now, double timeout):
+        """(read, bookie) pairs asked longer than `timeout` ago and unanswered; they stop being waited for
+        (the caller treats them as failed). Fast-path reads only: the general path times out in its channel."""
+        cdef EntryRead r
+        cdef ChannelCore ch
+        out = []
+        for r in list(self.in_flight.values()):
+            if r.outstanding and now - r.sent_at >= timeout:
+                for bookie in list(r.outstanding):
+                    ch = self.channels.get(bookie)
+                    if ch is not None:
+                        ch.inflight -= 1
+                        out.append((r, bookie))
         return out

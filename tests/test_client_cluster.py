@@ -354,6 +354,28 @@ def test_speculative_read_goes_to_the_next_replica(running):
             os.kill(frozen.pid, signal.SIGCONT)
 
 
+
+def test_read_from_a_frozen_replica_times_out_and_goes_to_the_next(running):
+    """Speculative reads off: a read whose first replica is frozen (SIGSTOP) fails over to the next
+    replica after readEntryTimeoutSec."""
+    import os
+    import signal
+
+    with _client(running, speculativeReadTimeout=0, readEntryTimeoutSec=2) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        lh.add_entries([b"slow-%d" % i for i in range(6)])
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, PASSWORD)
+        frozen = running.by_id(rh.metadata.ensembles[0][1][0])   # first replica of entries 0 and 2
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert [e.data for e in rh.read_entries(0, 5)] == [b"slow-%d" % i for i in range(6)]
+            waited = time.monotonic() - started
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        assert waited >= 1.5, "answered without waiting for the frozen replica's timeout"
+
 ASYNCIO_SCRIPT = """
 import asyncio, sys
 from twisted.internet import asyncioreactor

@@ -12,6 +12,8 @@ import time
 
 from twisted.internet import defer
 
+from bkfast._clientpath import ReadBatchCore
+from bkfast.codec import encode_read_request
 from bkfast.errors import (
     BKDigestMatchException,
     BKError,
@@ -19,7 +21,9 @@ from bkfast.errors import (
     BKNoSuchEntryException,
     BKNoSuchLedgerExistsException,
     BKReadException,
+    BKTimeoutException,
     BKUnauthorizedAccessException,
+    error_for_v2_rc,
 )
 
 from .distribution import quorum_covered, write_set
@@ -47,164 +51,104 @@ def _worst_error(errors: list[BaseException], ledger_id: int, entry_id: int) -> 
     return real[0]
 
 
-class _EntryRead:
-    """One entry read: replicas tried in write-set order; the next one is asked early when the current
-    one has not answered within `speculativeReadTimeout` (checked by the batch's sweeper)."""
-
-    __slots__ = ("batch", "entry_id", "bookies", "next_index", "pending", "errors", "done", "sent_at")
-
-    def __init__(self, batch: _ReadBatch, entry_id: int, bookies: list[str]):
-        self.batch = batch
-        self.entry_id = entry_id
-        self.bookies = bookies
-        self.next_index = 0
-        self.pending = 0
-        self.errors: list[BaseException] = []
-        self.done = False
-        self.sent_at = 0.0
-
-    def send_next(self) -> bool:
-        if self.next_index >= len(self.bookies):
-            return False
-        bookie = self.bookies[self.next_index]
-        self.next_index += 1
-        self.pending += 1
-        self.sent_at = time.monotonic()
-        h = self.batch.handle
-        client = h.bookie_client
-        if not h.scope_id and client.read_entry_to(_entry_read_done, self, bookie, h.ledger_id, self.entry_id):
-            return True
-        d = client.read_entry(bookie, h.ledger_id, self.entry_id, scope_id=h.scope_id)
-        d.addCallbacks(self._ok, self._error, errbackArgs=(bookie,))
-        return True
-
-    def _ok(self, data):
-        self.pending -= 1
-        if self.done:
-            return
-        try:
-            entry, piggybacked_lac = self.batch.handle.digest.verify(data, self.entry_id)
-        except BKError as exc:
-            log.warning("ledger %d entry %d: replica failed verification: %s", self.batch.handle.ledger_id,
-                        self.entry_id, exc)
-            self._failed(exc)
-            return
-        self.done = True
-        self.batch.entry_done(self, entry, piggybacked_lac)
-
-    def _error(self, failure, bookie):
-        self.pending -= 1
-        if not self.done:
-            self._failed(failure.value)
-
-    def _failed(self, exc: BaseException):
-        self.errors.append(exc)
-        if not self.send_next() and self.pending == 0:
-            self.done = True
-            self.batch.entry_failed(self, _worst_error(self.errors, self.batch.handle.ledger_id, self.entry_id))
-
-
-def _entry_read_done(request, data, error) -> None:
-    """Completion of a fast-path bookie read (BookieClient.read_entry_to)."""
-    read = request.add
-    if error is None:
-        read._ok(data)
-    else:
-        read.pending -= 1
-        if not read.done:
-            read._failed(error)
-
-
 class _ReadBatch:
-    """Reads entries [first, last] with at most `window` in flight; fires with the list, in order."""
+    """Reads entries [first, last] with at most `window` in flight; fires with the list, in order.
+
+    The per-entry work (sending, matching answers, digest checks, ordering) is a ReadBatchCore
+    (bkfast._clientpath); this class adds what is rare: failures (next replica, or the batch fails once
+    every replica failed), speculative reads after `speculativeReadTimeout`, and read timeouts of the
+    fast path."""
 
     def __init__(self, handle, first: int, last: int, window: int = 2000):
         self.handle = handle
-        self.first = first
-        self.last = last
-        self.window = window
-        self.results: list = [None] * (last - first + 1)
-        self.remaining = last - first + 1
-        self.next_entry = first
-        self.in_flight: dict[int, _EntryRead] = {}
         self.deferred = defer.Deferred()
-        self.failed = False
+        md = handle.metadata
+        client = handle.bookie_client
+        self.core = ReadBatchCore(handle.ledger_id, first, last, window, [tuple(s) for s in md.ensembles],
+                                  md.ensemble_size, md.write_quorum_size,
+                                  not handle.scope_id and client.v2_by_default,
+                                  self._resolve, self._slow_send, handle.digest.verify, self._failed,
+                                  self._finished, _plain_read_frame)
         spec_ms = handle.conf.get("speculativeReadTimeout")
         self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
+        self.read_timeout = client.read_timeout
         self.sweeper = None
-        self._sets_of = None
-        self._sets: dict = {}
-        self._firsts: list[int] = []
 
     def start(self) -> defer.Deferred:
-        if self.remaining <= 0:
+        core = self.core
+        if core.remaining <= 0:
             self.deferred.callback([])
             return self.deferred
-        self._fill()
-        if self.speculative_s is not None and not self.deferred.called:
+        core.fill()
+        periods = [t for t in (self.speculative_s, self.read_timeout) if t]
+        if periods and not self.deferred.called:
             from twisted.internet import task
 
-            self.sweeper = task.LoopingCall(self._speculate)
+            self.sweeper = task.LoopingCall(self._sweep)
             self.sweeper.clock = self.handle.reactor
-            self.sweeper.start(self.speculative_s / 2, now=False)
+            self.sweeper.start(min(min(periods) / 2, 1.0), now=False)
         return self.deferred
 
-    def _fill(self):
-        md = self.handle.metadata
-        if self._sets_of is not md:
-            self._sets_of = md
-            self._sets = {}     # (segment index, e % E) -> bookies: one write set per segment and offset
-            self._firsts = [first for first, _ in md.ensembles]
-        sets = self._sets
-        firsts = self._firsts
-        segment = 0
-        E, WQ = md.ensemble_size, md.write_quorum_size
-        while self.next_entry <= self.last and len(self.in_flight) < self.window and not self.failed:
-            e = self.next_entry
-            self.next_entry += 1
-            while segment + 1 < len(firsts) and firsts[segment + 1] <= e:
-                segment += 1
-            key = (segment, e % E)
-            bookies = sets.get(key)
-            if bookies is None:
-                ensemble = md.ensembles[segment][1]
-                bookies = sets[key] = [ensemble[i] for i in write_set(e, E, WQ)]
-            read = _EntryRead(self, e, bookies)
-            self.in_flight[e] = read
-            read.send_next()
+    def _resolve(self, bookie: str):
+        return self.handle.bookie_client.read_channel(bookie, self.handle.ledger_id, self.core)
 
-    def _speculate(self):
+    def _slow_send(self, read, bookie: str) -> None:
+        h = self.handle
+        d = h.bookie_client.read_entry(bookie, h.ledger_id, read.entry_id, scope_id=h.scope_id)
+        d.addCallbacks(self._slow_ok, self._slow_error, (bookie, read.entry_id), None, (bookie, read.entry_id))
+
+    def _slow_ok(self, data, bookie: str, entry_id: int) -> None:
+        self.core.on_result(bookie, entry_id, data, None)
+
+    def _slow_error(self, failure, bookie: str, entry_id: int) -> None:
+        self.core.on_result(bookie, entry_id, None, failure.value)
+
+    def _failed(self, read, error) -> None:
+        """A replica of `read` failed: ask the next one, or fail the batch once none is left."""
+        h = self.handle
+        if isinstance(error, int):
+            error = error_for_v2_rc(error, f"read on bookie {read.bookies[read.next_index - 1]}, ledger "
+                                           f"{h.ledger_id}, entry {read.entry_id}")
+        elif isinstance(error, BKDigestMatchException):
+            log.warning("ledger %d entry %d: replica failed verification: %s", h.ledger_id, read.entry_id, error)
+        read.errors.append(error)
+        core = self.core
+        if core.closed or core.send_next(read) or read.outstanding:
+            return
+        core.give_up(read)
+        if not self.deferred.called:
+            core.close()
+            self._stop()
+            self.deferred.errback(_worst_error(read.errors, h.ledger_id, read.entry_id))
+
+    def _finished(self) -> None:
+        self._stop()
+        self.handle._observe_lac(self.core.max_lac)
+        self.deferred.callback(self.core.results)
+
+    def _stop(self) -> None:
+        if self.sweeper is not None and self.sweeper.running and not self.core.in_flight:
+            self.sweeper.stop()
+
+    def _sweep(self) -> None:
+        core = self.core
         now = time.monotonic()
-        for read in list(self.in_flight.values()):
-            if not read.done and now - read.sent_at >= self.speculative_s:
-                if read.send_next():
+        if self.read_timeout:
+            for read, bookie in core.expired(now, self.read_timeout):
+                core.on_result(bookie, read.entry_id, None, BKTimeoutException(
+                    f"no response within the timeout: read on bookie {bookie}, ledger {self.handle.ledger_id}, "
+                    f"entry {read.entry_id}"))
+        if self.speculative_s is not None and not core.closed:
+            for read in list(core.in_flight.values()):
+                if not read.done and now - read.sent_at >= self.speculative_s and core.send_next(read):
                     log.info("ledger %d entry %d: speculative read to %s", self.handle.ledger_id, read.entry_id,
                              read.bookies[read.next_index - 1])
-
-    def entry_done(self, read: _EntryRead, entry, piggybacked_lac: int):
-        self.in_flight.pop(read.entry_id, None)
-        if self.failed:
-            return
-        self.handle._observe_lac(piggybacked_lac)
-        self.results[read.entry_id - self.first] = entry
-        self.remaining -= 1
-        if self.remaining == 0:
-            self._finish()
-            self.deferred.callback(self.results)
-        elif self.next_entry <= self.last and len(self.in_flight) <= self.window >> 1:
-            self._fill()            # refill in bulk, not one read per completion
-
-    def entry_failed(self, read: _EntryRead, exc: BaseException):
-        self.in_flight.pop(read.entry_id, None)
-        if self.failed:
-            return
-        self.failed = True
-        self._finish()
-        self.deferred.errback(exc)
-
-    def _finish(self):
-        if self.sweeper is not None and self.sweeper.running:
+        if core.closed and not core.in_flight:
             self.sweeper.stop()
+
+
+def _plain_read_frame(ledger_id: int, entry_id: int) -> bytes:
+    return encode_read_request(ledger_id, entry_id, 0, None)
 
 
 def read_entries(handle, first: int, last: int) -> defer.Deferred:

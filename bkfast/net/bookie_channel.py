@@ -113,35 +113,6 @@ class PendingRequest(Deferred):
             self.errback(error)
 
 
-class SinkRequest:
-    """A request whose completion calls `sink(request, result, error)`: no Deferred at all (the ledger
-    client's plain reads; one object per bookie request on a hot path). `add` and `bookie` are the
-    caller's context. Same interface as PendingRequest for matching, timeouts and failures."""
-
-    __slots__ = ("kind", "ledger_id", "entry_id", "started", "deadline", "done", "seq", "sink", "add", "bookie")
-
-    def __init__(self, kind, ledger_id, entry_id, started, deadline, seq, sink, add, bookie):
-        self.kind = kind
-        self.ledger_id = ledger_id
-        self.entry_id = entry_id
-        self.started = started
-        self.deadline = deadline
-        self.done = False
-        self.seq = seq
-        self.sink = sink
-        self.add = add
-        self.bookie = bookie
-
-    def callback(self, result) -> None:
-        self.sink(self, result, None)
-
-    def errback(self, fail=None) -> None:
-        self.sink(self, None, getattr(fail, "value", fail))
-
-    context = PendingRequest.context
-    fail = PendingRequest.fail
-
-
 def _queue_put(table: dict, key, req) -> None:
     cur = table.get(key)
     if cur is None:
@@ -368,7 +339,7 @@ class BookieChannel(protocol.Protocol):
             self.close(f"undecodable response from bookie {self.bookie_id}: {err!r}")
 
     def _handle_v2(self, frames) -> None:
-        self.core.dispatch_v2(frames, self.adds)
+        self.core.dispatch_v2(frames, self.adds, self.reads)
 
     def _handle_v2_frame(self, f) -> None:
         """One v2 answer that is not a tracked add (see bkfast._clientpath)."""

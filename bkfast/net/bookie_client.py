@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from twisted.internet import defer
 
-from bkfast._clientpath import AckPort
+from bkfast._clientpath import AckPort, ReadPort
 from bkfast.codec import (
     FLAG_DO_FENCING,
     FLAG_HIGH_PRIORITY,
@@ -57,7 +57,6 @@ from bkfast.net.bookie_channel import (
     LongPollResult,
     PendingRequest,
     ReadLacResult,
-    SinkRequest,
 )
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
@@ -232,18 +231,24 @@ class BookieClient:
             port.position = position
         return core
 
-    def _send_v2_sink(self, kind, timeout, sink, context, bookie_id, ledger_id, entry_id, frame) -> bool:
-        if self.closed:
-            return False
+    def read_channel(self, bookie_id: str, ledger_id: int, batch):
+        """The fast path of plain v2 reads (no fence, normal priority): the v2 connection's ChannelCore for
+        `ledger_id` on `bookie_id`, with a ReadPort registered so that READ answers for the ledger that
+        `batch` (bkfast._clientpath.ReadBatchCore) is waiting for go straight to it. None when the general
+        path is needed (v3 by default, a closed client, an unresolvable bookie)."""
+        if self.closed or self.default_v3:
+            return None
         try:
             ch = self._channel(bookie_id, False, ledger_id)
         except BKError:
-            return False
-        self.seq = seq = self.seq + 1
-        now = _monotonic()
-        ch.send_v2(frame, SinkRequest(kind, ledger_id, entry_id, now, now + timeout if timeout > 0 else _INF, seq,
-                                      sink, context, bookie_id))
-        return True
+            return None
+        core = ch.core
+        ports = core.read_ports.get(ledger_id)
+        if ports is None:
+            core.read_ports[ledger_id] = [ReadPort(batch, bookie_id)]
+        elif not any(p.batch is batch for p in ports):
+            ports.append(ReadPort(batch, bookie_id))
+        return core
 
     def add_entry(self, bookie_id: str, ledger_id: int, entry_id: int, entry: bytes, master_key: bytes, *,
                   recovery: bool = False, high_priority: bool = False, deferred_sync: bool = False,
@@ -290,15 +295,6 @@ class BookieClient:
         except (ValueError, TypeError) as err:
             return defer.fail(BKIncorrectParameterException(
                 f"bad add of ledger {ledger_id} entry {entry_id} for bookie {bookie_id}: {err}"))
-
-    def read_entry_to(self, sink, context, bookie_id: str, ledger_id: int, entry_id: int) -> bool:
-        """Fast path of a plain v2 read (no fence, normal priority): completion calls
-        sink(request, entry_bytes, error) with `request.add` = `context`. False when the read needs the
-        general path (v3, a closed client, an unresolvable bookie); nothing is sent then."""
-        if self.default_v3:
-            return False
-        return self._send_v2_sink(K_READ, self.read_timeout, sink, context, bookie_id, ledger_id, entry_id,
-                                  encode_read_request(ledger_id, entry_id, 0, None))
 
     def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
                    master_key: bytes | None = None, high_priority: bool = False, scope_id: int = 0,

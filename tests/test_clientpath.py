@@ -1,0 +1,146 @@
+"""AddTracker and ReadBatchCore (bkfast/_clientpath.pyx): quorum counting, in-order completion, positions
+replaced by an ensemble change, and the read batch's replica order, driven directly through their
+callbacks (the cluster tests drive them over real connections)."""
+
+from __future__ import annotations
+
+from bkfast._clientpath import AddTracker, ChannelCore, PendingAdd, ReadBatchCore
+from twisted.internet import defer
+
+
+class Recorder:
+    def __init__(self):
+        self.sent: list[tuple[int, int]] = []        # (entry id, position) sent on the general path
+        self.errors: list[tuple[int, int, object]] = []
+        self.drained = 0
+
+    def tracker(self, e=3, wq=2, aq=2, sorted_insert=False):
+        return AddTracker(e, wq, aq, -1, 0, False, sorted_insert, 0.0, lambda pos: None,
+                          lambda p, pos: self.sent.append((p.entry_id, pos)), lambda entry: b"",
+                          lambda pos, entry_id, err: self.errors.append((pos, entry_id, err)), self.note_drained)
+
+    def note_drained(self):
+        self.drained += 1
+
+
+def _push(tracker, entry_id, results):
+    d = defer.Deferred()
+    d.addCallback(results.append)
+    tracker.push(PendingAdd(entry_id, b"entry-%d" % entry_id, entry_id + 1, d))
+    return d
+
+
+def test_adds_complete_in_entry_order_once_ack_quorum_positions_answered():
+    rec = Recorder()
+    t = rec.tracker()
+    done: list[int] = []
+    for e in range(4):
+        _push(t, e, done)
+    # round-robin write sets over E=3, WQ=2: entry e goes to positions e%3 and (e+1)%3
+    assert rec.sent == [(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (2, 0), (3, 0), (3, 1)]
+    t.on_ack(1, 1, 0)
+    t.on_ack(2, 1, 0)           # entry 1 has its quorum, but entry 0 has not: nothing completes
+    assert done == [] and t.lac == -1
+    t.on_ack(0, 0, 0)
+    t.on_ack(0, 0, 0)           # the same position twice is still one ack
+    assert done == []
+    t.on_ack(2, 0, 0)           # position 2 is not in entry 0's write set: ignored
+    assert done == []
+    t.on_ack(1, 0, 0)
+    assert done == [0, 1] and t.lac == 1 and t.confirmed_length == 2
+    t.on_ack(2, 2, 0)
+    t.on_ack(0, 2, 0)
+    t.on_ack(0, 3, 0)
+    t.on_ack(1, 3, 0)
+    assert done == [0, 1, 2, 3] and rec.drained == 1 and not t.pending
+
+
+def test_error_answer_is_reported_with_its_position_and_does_not_count():
+    rec = Recorder()
+    t = rec.tracker()
+    done: list[int] = []
+    _push(t, 0, done)
+    t.on_ack(0, 0, 0)
+    t.on_ack(1, 0, 101)         # v2 rc EUA-style error from position 1
+    assert rec.errors == [(1, 0, 101)] and done == []
+
+
+def test_replaced_positions_lose_their_acks_and_are_resent():
+    rec = Recorder()
+    t = rec.tracker(e=3, wq=3, aq=2)
+    done: list[int] = []
+    _push(t, 0, done)
+    t.holding = True            # an ensemble change holds completions back
+    t.on_ack(0, 0, 0)
+    t.on_ack(2, 0, 0)
+    assert done == []
+    t.release_positions(1 << 2)   # position 2 was replaced: its ack no longer counts
+    rec.sent.clear()
+    t.send(t.pending[0], 1 << 2)
+    assert rec.sent == [(0, 2)]
+    t.holding = False
+    t.drain()
+    assert done == []
+    t.on_ack(1, 0, 0)
+    assert done == [0]
+
+
+def test_adv_entries_are_kept_in_entry_order():
+    rec = Recorder()
+    t = rec.tracker(e=1, wq=1, aq=1, sorted_insert=True)
+    done: list[int] = []
+    for e in (2, 0, 1):
+        _push(t, e, done)
+    assert [p.entry_id for p in t.pending] == [0, 1, 2]
+    t.on_ack(0, 2, 0)
+    t.on_ack(0, 1, 0)
+    assert done == []
+    t.on_ack(0, 0, 0)
+    assert done == [0, 1, 2]
+
+
+def test_channel_core_routes_add_answers_to_the_registered_port():
+    from bkfast._clientpath import AckPort
+
+    from bkfast.codec import encode_add_response, encode_read_response
+
+    rec = Recorder()
+    t = rec.tracker(e=1, wq=1, aq=1)
+    slow: list[bytes] = []
+    core = ChannelCore(lambda: None, lambda: None, slow.append, 1 << 20)
+    core.ports[7] = AckPort(t, 0)
+    t.channels[0] = core
+    done: list[int] = []
+    _push(t, 0, done)
+    add_ok = encode_add_response(0, 7, 0)[4:]
+    other_ledger = encode_add_response(0, 8, 0)[4:]
+    read = encode_read_response(0, 7, 0, b"x")[4:]
+    core.dispatch_v2([other_ledger, add_ok, read], {}, {})
+    assert done == [0]
+    assert slow == [other_ledger, read]
+
+
+def test_read_batch_asks_replicas_in_write_set_order_and_orders_results():
+    sent: list[tuple[int, str]] = []
+    failures: list = []
+    finished: list[bool] = []
+
+    def verify(data, entry_id):
+        if data == b"bad":
+            raise ValueError("digest mismatch")
+        return data.decode(), entry_id - 1
+
+    core = ReadBatchCore(5, 0, 2, 10, [(0, ["a", "b", "c"])], 3, 2, False, lambda b: None,
+                         lambda read, bookie: sent.append((read.entry_id, bookie)), verify,
+                         lambda read, err: failures.append((read.entry_id, err)), lambda: finished.append(True),
+                         lambda ledger, entry: b"")
+    core.fill()
+    assert sent == [(0, "a"), (1, "b"), (2, "c")]
+    core.on_result("b", 2, b"e2", None)          # not asked yet: ignored
+    core.on_result("c", 2, b"e2", None)
+    core.on_result("a", 0, b"bad", None)         # fails verification: reported, not taken
+    assert [e for e, _ in failures] == [0]
+    assert core.send_next(core.in_flight[0]) and sent[-1] == (0, "b")
+    core.on_result("b", 0, b"e0", None)
+    core.on_result("b", 1, b"e1", None)
+    assert finished == [True] and core.results == ["e0", "e1", "e2"] and core.max_lac == 1
