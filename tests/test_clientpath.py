@@ -144,3 +144,22 @@ def test_read_batch_asks_replicas_in_write_set_order_and_orders_results():
     core.on_result("b", 0, b"e0", None)
     core.on_result("b", 1, b"e1", None)
     assert finished == [True] and core.results == ["e0", "e1", "e2"] and core.max_lac == 1
+
+
+def test_a_raising_add_callback_is_logged_and_later_adds_still_complete(caplog):
+    rec = Recorder()
+    t = rec.tracker(e=1, wq=1, aq=1)
+    seen: list[tuple] = []
+
+    def callback(error, entry_id, ctx):
+        seen.append((error, entry_id, ctx))
+        if entry_id == 0:
+            raise RuntimeError("user bug")
+
+    for e in range(2):
+        t.push(PendingAdd(e, b"x", e + 1, None, callback, f"ctx-{e}"))
+    with caplog.at_level("ERROR"):
+        t.on_ack(0, 0, 0)
+        t.on_ack(0, 1, 0)
+    assert seen == [(None, 0, "ctx-0"), (None, 1, "ctx-1")]
+    assert "add callback of entry 0 raised" in caplog.text

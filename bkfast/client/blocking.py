@@ -175,17 +175,17 @@ def _pipelined_adds(handle, payloads: list, max_outstanding: int):
     ids: list[int] = [0] * len(payloads)
     state = {"next": 0, "in_flight": 0, "completed": 0, "failed": False}
 
-    def on_ok(entry_id, index):
-        ids[index] = entry_id
+    def on_done(error, entry_id, index):
         state["in_flight"] -= 1
-        state["completed"] += 1
-        pump()
-
-    def on_err(failure):
-        state["in_flight"] -= 1
-        if not state["failed"]:
+        if error is None:
+            ids[index] = entry_id
+            state["completed"] += 1
+            pump()
+        elif not state["failed"]:
             state["failed"] = True
-            done.errback(failure)
+            done.errback(error)
+
+    add = handle.async_add_entry        # a callback per add, no Deferred (the cheap path)
 
     def pump():
         if state["failed"] or done.called:
@@ -194,7 +194,7 @@ def _pipelined_adds(handle, payloads: list, max_outstanding: int):
             index = state["next"]
             state["next"] += 1
             state["in_flight"] += 1
-            handle.add_entry(payloads[index]).addCallbacks(on_ok, on_err, callbackArgs=(index,))
+            add(payloads[index], on_done, index)
         if state["completed"] == len(payloads) and not done.called:
             done.callback(ids)
 

@@ -399,16 +399,30 @@ class WriteHandleAdv(WriteHandle):
 
     _sorted_entry_ids = True
 
-    def add_entry(self, entry_id: int, data) -> defer.Deferred:  # type: ignore[override]
+    def _refuse_entry(self, entry_id) -> BaseException | None:
         refused = self._refuse()
         if refused is not None:
-            return defer.fail(refused)
+            return refused
         if not isinstance(entry_id, int) or entry_id < 0:
-            return defer.fail(BKIncorrectParameterException(f"ledger {self.ledger_id}: bad entry id {entry_id!r}"))
+            return BKIncorrectParameterException(f"ledger {self.ledger_id}: bad entry id {entry_id!r}")
         if entry_id <= self.last_add_confirmed or entry_id in self._core.by_entry:
-            return defer.fail(BKDuplicateEntryIdException(
-                f"ledger {self.ledger_id}: entry {entry_id} was already added"))
+            return BKDuplicateEntryIdException(f"ledger {self.ledger_id}: entry {entry_id} was already added")
+        return None
+
+    def add_entry(self, entry_id: int, data) -> defer.Deferred:  # type: ignore[override]
+        refused = self._refuse_entry(entry_id)
+        if refused is not None:
+            return defer.fail(refused)
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
         return self._push(entry_id, data)
 
     append = add_entry
+
+    def async_add_entry(self, entry_id: int, data, callback, ctx=None) -> None:  # type: ignore[override]
+        """Java's LedgerHandleAdv.asyncAddEntry(entryId, data, cb, ctx): callback(error, entry_id, ctx)."""
+        refused = self._refuse_entry(entry_id)
+        if refused is not None:
+            self.reactor.callLater(0, callback, refused, -1, ctx)
+            return
+        self.last_add_pushed = max(self.last_add_pushed, entry_id)
+        self._push(entry_id, data, callback, ctx)
