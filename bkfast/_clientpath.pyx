@@ -17,7 +17,7 @@ out of entry order, or count an answer from a bookie that no longer holds the po
 """
 
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t, uint8_t
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 import logging
 import time
@@ -27,6 +27,8 @@ _monotonic = time.monotonic
 
 DEF V2_ADD = 1
 DEF V2_READ = 2
+DEF V3_ADD_ENTRY = 2
+DEF V3_FIRST_TRACKED_TXN = 1 << 62     # the client's own request numbers never get here
 DEF RESPONSE_HEADER = 24
 
 
@@ -46,6 +48,86 @@ cdef inline int _popcount(uint64_t v) noexcept nogil:
     return n
 
 
+cdef inline int _varint(const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, uint64_t *out) noexcept nogil:
+    """Protobuf base-128 varint at p[pos]; -1 if truncated or longer than 10 bytes."""
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while pos[0] < n and shift < 70:
+        b = p[pos[0]]
+        pos[0] += 1
+        v |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            out[0] = v
+            return 0
+        shift += 7
+    return -1
+
+
+cdef inline int _skip_field(const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, int wire_type) noexcept nogil:
+    cdef uint64_t length
+    if wire_type == 0:
+        return _varint(p, n, pos, &length)
+    if wire_type == 1:
+        pos[0] += 8
+    elif wire_type == 5:
+        pos[0] += 4
+    elif wire_type == 2:
+        if _varint(p, n, pos, &length) < 0 or length > <uint64_t>(n - pos[0]):
+            return -1
+        pos[0] += <Py_ssize_t>length
+    else:
+        return -1
+    return 0 if pos[0] <= n else -1
+
+
+cdef int _v3_add_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *status) noexcept nogil:
+    """Reads a v3 Response far enough to match an ADD_ENTRY answer: header.txnId, and the add's status
+    (addResponse.status, else the top-level status). 1 if it is an ADD_ENTRY answer, 0 if it is
+    something else, -1 if it is not a well-formed Response (the caller's protobuf parser decides)."""
+    cdef Py_ssize_t pos = 0, end, sub_end
+    cdef uint64_t key, value, length
+    cdef int field, wire, operation = -1, top_status = -1, add_status = -1
+    cdef bint have_txn = False
+    while pos < n:
+        if _varint(p, n, &pos, &key) < 0:
+            return -1
+        field = <int>(key >> 3)
+        wire = <int>(key & 7)
+        if (field == 1 or field == 101) and wire == 2:
+            if _varint(p, n, &pos, &length) < 0 or length > <uint64_t>(n - pos):
+                return -1
+            end = pos + <Py_ssize_t>length
+            while pos < end:
+                if _varint(p, end, &pos, &key) < 0:
+                    return -1
+                if (key & 7) == 0:
+                    if _varint(p, end, &pos, &value) < 0:
+                        return -1
+                    if field == 1 and (key >> 3) == 2:
+                        operation = <int>value
+                    elif field == 1 and (key >> 3) == 3:
+                        txn[0] = value
+                        have_txn = True
+                    elif field == 101 and (key >> 3) == 1:
+                        add_status = <int>value
+                elif _skip_field(p, end, &pos, <int>(key & 7)) < 0:
+                    return -1
+            pos = end
+        elif field == 2 and wire == 0:
+            if _varint(p, n, &pos, &value) < 0:
+                return -1
+            top_status = <int>value
+        elif _skip_field(p, n, &pos, wire) < 0:
+            return -1
+    if not have_txn or operation < 0 or top_status < 0:
+        return -1
+    if operation != V3_ADD_ENTRY:
+        return 0
+    status[0] = add_status if add_status >= 0 else top_status
+    return 1
+
+
 cdef class ChannelCore:
     """Output buffer and v2 response dispatch of one connection (see the module doc)."""
 
@@ -58,11 +140,17 @@ cdef class ChannelCore:
     cdef public Py_ssize_t inflight       # tracked adds sent and not answered
     cdef public dict ports                # ledger id -> AckPort
     cdef public dict read_ports           # ledger id -> [ReadPort] (reads in flight of that ledger)
+    cdef public dict v3_adds              # v3: txnId -> (AckPort, entry id) of tracked adds
+    cdef public uint64_t next_txn
+    cdef public object v3_error           # status -> the exception a v3 error status stands for
     cdef public object schedule_flush     # called once per reactor turn with output waiting
     cdef public object flush_now          # called when the buffer passes flush_bytes
     cdef public object slow_frame         # the channel's Python handler for every other frame
 
-    def __init__(self, schedule_flush, flush_now, slow_frame, Py_ssize_t flush_bytes):
+    def __init__(self, schedule_flush, flush_now, slow_frame, Py_ssize_t flush_bytes, v3_error=None):
+        self.v3_adds = {}
+        self.next_txn = V3_FIRST_TRACKED_TXN
+        self.v3_error = v3_error
         self.out = []
         self.out_bytes = 0
         self.flush_bytes = flush_bytes
@@ -86,6 +174,61 @@ cdef class ChannelCore:
         elif not self.flush_scheduled:
             self.flush_scheduled = True
             self.schedule_flush()
+
+    cpdef write_v3_add(self, AckPort port, int64_t entry_id, bytes add_field):
+        """A v3 ADD_ENTRY request: a fresh txnId in a hand-built header, then `add_field` (the Request's
+        serialized addRequest field, shared by every bookie of the write set; not copied here)."""
+        cdef uint8_t prefix[32]
+        cdef Py_ssize_t h = 4, header_len
+        cdef uint64_t txn = self.next_txn
+        self.next_txn += 1
+        self.v3_adds[txn] = (port, entry_id)
+        prefix[h] = 0x0A                    # Request.header, length-delimited
+        h += 2                              # (its length byte, filled below)
+        prefix[h] = 0x08; prefix[h + 1] = 3          # version = VERSION_THREE
+        prefix[h + 2] = 0x10; prefix[h + 3] = V3_ADD_ENTRY   # operation = ADD_ENTRY
+        prefix[h + 4] = 0x18                # txnId
+        h += 5
+        while txn >= 0x80:
+            prefix[h] = <uint8_t>((txn & 0x7F) | 0x80)
+            txn >>= 7
+            h += 1
+        prefix[h] = <uint8_t>txn
+        h += 1
+        header_len = h - 6
+        prefix[5] = <uint8_t>header_len
+        cdef uint32_t total = <uint32_t>(h - 4 + PyBytes_GET_SIZE(add_field))
+        prefix[0] = <uint8_t>(total >> 24); prefix[1] = <uint8_t>(total >> 16)
+        prefix[2] = <uint8_t>(total >> 8); prefix[3] = <uint8_t>total
+        self.out.append(PyBytes_FromStringAndSize(<char *>prefix, h))
+        self.out_bytes += h
+        self.write(add_field)
+
+    def dispatch_v3(self, list frames):
+        """Route v3 response frames: ADD_ENTRY answers of tracked adds to their tracker, the rest to
+        `slow_frame` (the channel's protobuf path, matched by txnId)."""
+        cdef bytes f
+        cdef uint64_t txn = 0
+        cdef int status = 0, kind
+        cdef AckPort port
+        cdef int64_t entry_id
+        cdef dict tracked = self.v3_adds
+        for f in frames:
+            kind = 0
+            if tracked:
+                kind = _v3_add_answer(<const uint8_t *>PyBytes_AS_STRING(f), PyBytes_GET_SIZE(f), &txn, &status)
+            if kind == 1 and txn in tracked:
+                port, entry_id = tracked.pop(txn)
+                self.inflight -= 1
+                if port.position >= 0:
+                    if status == 0:
+                        port.tracker.on_ack(port.position, entry_id, 0)
+                    else:
+                        port.tracker.on_failed(port.position, entry_id, self.v3_error(status))
+            else:
+                self.slow_frame(f)
+            if self.closed:
+                return
 
     def take(self):
         """The queued frames (a list, possibly empty), emptying the buffer. (Twisted copies what it is
@@ -150,6 +293,7 @@ cdef class ChannelCore:
         self.out = []
         self.out_bytes = 0
         self.inflight = 0
+        self.v3_adds = {}
         ports, self.ports = self.ports, {}
         read_ports, self.read_ports = self.read_ports, {}
         for port in list(ports.values()):
@@ -229,7 +373,7 @@ cdef class AddTracker:
     Callbacks into the handle (Python): `resolve(position)` -> a connected-or-connecting ChannelCore
     with this tracker's port registered, or None to use `slow_send`; `slow_send(pending, position)`
     sends one add on the general (Deferred) path, whose outcome comes back as on_ack/on_error calls;
-    `make_frame(entry)` -> the v2 ADD frame; `on_error(position, entry_id, rc_or_exception)`;
+    `make_frame(pending)` -> the v2 ADD frame (v3: the serialized addRequest field); `on_error(position, entry_id, rc_or_exception)`;
     `on_drained()` when the queue empties after completions.
     """
 
@@ -237,7 +381,9 @@ cdef class AddTracker:
     cdef public int64_t lac
     cdef public int64_t confirmed_length
     cdef public bint holding           # an ensemble change runs: nothing completes
-    cdef public bint fast              # v2 frames through ChannelCores (else slow_send)
+    cdef public bint fast              # frames through ChannelCores (else slow_send)
+    cdef public bint v3                # ... v3 ADD_ENTRY requests (make_frame gives the addRequest field)
+    cdef public int64_t ledger_id
     cdef public bint sorted_insert     # adv ledgers: entry ids arrive in any order
     cdef public object pending         # collections.deque of PendingAdd, entry order
     cdef public dict by_entry
@@ -247,7 +393,7 @@ cdef class AddTracker:
 
     def __init__(self, int ensemble_size, int write_quorum, int ack_quorum, int64_t lac, int64_t confirmed_length,
                  bint fast, bint sorted_insert, double timeout, resolve, slow_send, make_frame, on_error,
-                 on_drained):
+                 on_drained, bint v3=False, int64_t ledger_id=0):
         from collections import deque
         if ensemble_size > 64:
             raise ValueError(f"ensemble size {ensemble_size} is over 64")
@@ -258,6 +404,8 @@ cdef class AddTracker:
         self.confirmed_length = confirmed_length
         self.holding = False
         self.fast = fast
+        self.v3 = v3
+        self.ledger_id = ledger_id
         self.sorted_insert = sorted_insert
         self.pending = deque()
         self.by_entry = {}
@@ -306,9 +454,12 @@ cdef class AddTracker:
                     ch = self.resolve(position)
                 if ch is not None:
                     if pending.frame is None:
-                        pending.frame = self.make_frame(pending.entry)
+                        pending.frame = self.make_frame(pending)
                     ch.inflight += 1
-                    ch.write(pending.frame)
+                    if self.v3:
+                        ch.write_v3_add(ch.ports[self.ledger_id], pending.entry_id, pending.frame)
+                    else:
+                        ch.write(pending.frame)
                     continue
             self.slow_send(pending, position)
 

@@ -163,3 +163,63 @@ def test_a_raising_add_callback_is_logged_and_later_adds_still_complete(caplog):
         t.on_ack(0, 1, 0)
     assert seen == [(None, 0, "ctx-0"), (None, 1, "ctx-1")]
     assert "add callback of entry 0 raised" in caplog.text
+
+
+def test_v3_add_requests_parse_as_protobuf_and_answers_route_by_txn_id():
+    import struct
+
+    from bkfast._clientpath import AckPort
+
+    from bkfast.errors import BKLedgerFencedException, error_for_v3_status
+    from bkfast.proto import BookkeeperProtocol_pb2 as pb
+
+    rec = Recorder()
+    tracker = rec.tracker(e=1, wq=1, aq=1)
+    slow: list[bytes] = []
+    core = ChannelCore(lambda: None, lambda: None, slow.append, 1 << 20, error_for_v3_status)
+    core.connected = True
+    port = core.ports[9] = AckPort(tracker, 0)
+    add = pb.Request()
+    add.addRequest.ledgerId = 9
+    add.addRequest.entryId = 0
+    add.addRequest.masterKey = b"k" * 20
+    add.addRequest.body = b"packaged entry"
+    add_field = add.SerializePartialToString()
+    done: list[int] = []
+    for e in (0, 1):
+        _push(tracker, e, done)
+        core.write_v3_add(port, e, add_field)
+    frames = core.take()
+    assert len(frames) == 4 and frames[1] is add_field          # the shared field is not copied
+    txns = []
+    for prefix in (frames[0], frames[2]):
+        wire = prefix + add_field
+        (length,) = struct.unpack(">I", wire[:4])
+        assert length == len(wire) - 4
+        request = pb.Request.FromString(wire[4:])
+        assert request.header.version == pb.VERSION_THREE and request.header.operation == pb.ADD_ENTRY
+        assert request.addRequest == add.addRequest
+        txns.append(request.header.txnId)
+    assert txns[1] == txns[0] + 1 and txns[0] >= 1 << 62
+
+    def answer(txn, status, operation=pb.ADD_ENTRY):
+        r = pb.Response()
+        r.header.version = pb.VERSION_THREE
+        r.header.operation = operation
+        r.header.txnId = txn
+        r.status = status
+        if operation == pb.ADD_ENTRY:
+            r.addResponse.status = status
+            r.addResponse.ledgerId = 9
+            r.addResponse.entryId = 0
+        return r.SerializeToString()
+
+    unknown = answer(12345, pb.EOK)
+    read_answer = answer(txns[1], pb.EOK, pb.READ_ENTRY)
+    core.dispatch_v3([unknown, answer(txns[0], pb.EOK), read_answer, b"\xff\xff garbage"])
+    assert done == [0]
+    assert slow == [unknown, read_answer, b"\xff\xff garbage"]
+    core.dispatch_v3([answer(txns[1], pb.EFENCED)])
+    assert done == [0] and len(rec.errors) == 1
+    position, entry_id, error = rec.errors[0]
+    assert (position, entry_id) == (0, 1) and isinstance(error, BKLedgerFencedException)

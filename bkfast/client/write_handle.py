@@ -32,6 +32,9 @@ from bkfast.errors import (
     error_for_v2_rc,
 )
 from bkfast.meta.ledger_metadata import LedgerState
+from bkfast.net.bookie_client import DEFERRED_SYNC as _DEFERRED_SYNC
+from bkfast.net.bookie_client import scope_field
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 from .handle import LedgerHandle
 from .placement import choose_replacements
@@ -43,6 +46,7 @@ log = logging.getLogger(__name__)
 _ENDS_WRITER = (BKLedgerFencedException, BKUnauthorizedAccessException)
 _RECOVERY_FLAGS = FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY
 ALL_POSITIONS = (1 << 64) - 1
+_V3_ADD_ONLY = pb.Request()        # only its addRequest is ever set (see _make_v3_add)
 
 
 class WriteHandle(LedgerHandle):
@@ -61,13 +65,16 @@ class WriteHandle(LedgerHandle):
         self._expected_state = LedgerState.IN_RECOVERY if recovery else LedgerState.OPEN
         md = self.metadata
         client = self.bookie_client
-        # v2 frames through tracked channels unless the add needs v3 (scope, DEFERRED_SYNC) or is a
-        # recovery add (a recovering client may share a connection with the ledger's own writer)
-        fast = not (self.scope_id or deferred_sync or recovery) and client.v2_by_default
+        # Adds go through tracked channels (v2, or v3 when the ledger needs it: scope ids, DEFERRED_SYNC,
+        # or a v3 client), except recovery adds (a recovering client may share a connection with the
+        # ledger's own writer), which take the general path.
+        fast = not recovery
+        self._v3 = bool(self.scope_id or deferred_sync or not client.v2_by_default)
         lac = self.__dict__.pop("_initial_lac")
         self._core = AddTracker(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, lac, self.length,
                                 fast, self._sorted_entry_ids, client.add_timeout, self._resolve_position,
-                                self._slow_send, self._make_frame, self._position_failed, self._drained)
+                                self._slow_send, self._make_v3_add if self._v3 else self._make_frame,
+                                self._position_failed, self._drained, self._v3, self.ledger_id)
         self.last_add_pushed = lac
         self._frame_flags = _RECOVERY_FLAGS if recovery else 0
         self._changing_ensemble = False
@@ -161,13 +168,32 @@ class WriteHandle(LedgerHandle):
                                    self.length, d, callback, ctx))
         return d
 
-    def _make_frame(self, entry) -> bytes:
-        return encode_add_request_for_entry(self.digest.master_key, entry, self._frame_flags)
+    def _make_frame(self, pending) -> bytes:
+        return encode_add_request_for_entry(self.digest.master_key, pending.entry, self._frame_flags)
+
+    def _make_v3_add(self, pending) -> bytes:
+        """The Request's addRequest field, serialized once for the whole write set (each bookie's
+        header, with its own txnId, is put in front of it by ChannelCore.write_v3_add)."""
+        request = _V3_ADD_ONLY
+        add = request.addRequest
+        add.ledgerId = self.ledger_id
+        add.entryId = pending.entry_id
+        add.masterKey = self.digest.master_key
+        add.body = pending.entry
+        if self.deferred_sync:
+            add.writeFlags = _DEFERRED_SYNC
+        else:
+            add.ClearField("writeFlags")
+        if self.scope_id:
+            add.ledgerScopeId = scope_field(self.scope_id)
+        else:
+            add.ClearField("ledgerScopeId")
+        return request.SerializePartialToString()
 
     def _resolve_position(self, position: int):
         """The tracked channel of an ensemble position (AddTracker.resolve)."""
         core = self.bookie_client.tracked_channel(self.metadata.last_ensemble[1][position], self.ledger_id,
-                                                  self._core, position)
+                                                  self._core, position, self._v3)
         self._core.channels[position] = core
         return core
 

@@ -171,7 +171,9 @@ class BookieChannel(protocol.Protocol):
         self.connector = None
         self.flush_call = None
         # output buffer and (v2) response dispatch; tracked adds of ledger handles bypass the tables below
-        self.core = ChannelCore(self._schedule_flush, self.flush, self._handle_v2_frame, FLUSH_BYTES)
+        self.core = ChannelCore(self._schedule_flush, self.flush,
+                                self._handle_v3_frame if v3 else self._handle_v2_frame, FLUSH_BYTES,
+                                self._v3_add_error)
         self.adds: dict = {}                     # v2: (ledger, entry) -> request or [requests]
         self.reads: dict = {}
         self.txns: dict = {}                     # v3: txnId -> request
@@ -391,26 +393,29 @@ class BookieChannel(protocol.Protocol):
                       op, self.bookie_id, ledger_id, entry_id)
 
     def _handle_v3(self, frames) -> None:
+        self.core.dispatch_v3(frames)
+
+    def _handle_v3_frame(self, f) -> None:
+        """One v3 answer that is not a tracked add (see bkfast._clientpath), matched by txnId."""
         resp = self._response
-        txns = self.txns
-        for f in frames:
-            resp.ParseFromString(f)
-            txn = resp.header.txnId
-            req = txns.pop(txn, None)
-            if req is None or req.done:
-                log.debug("v3 answer from bookie %s for txn %d that is not pending (timed out?); ignored",
-                          self.bookie_id, txn)
-                continue
-            self.inflight -= 1
-            req.done = True
-            try:
-                result = self._v3_result(req, resp)
-            except BKError as err:
-                req.errback(err)
-            else:
-                req.callback(result)
-            if self.state is CLOSED:
-                return
+        resp.ParseFromString(f)
+        txn = resp.header.txnId
+        req = self.txns.pop(txn, None)
+        if req is None or req.done:
+            log.debug("v3 answer from bookie %s for txn %d that is not pending (timed out?); ignored",
+                      self.bookie_id, txn)
+            return
+        self.inflight -= 1
+        req.done = True
+        try:
+            result = self._v3_result(req, resp)
+        except BKError as err:
+            req.errback(err)
+        else:
+            req.callback(result)
+
+    def _v3_add_error(self, status: int) -> BKError:
+        return error_for_v3_status(status, f"add on bookie {self.bookie_id}")
 
     def _v3_result(self, req: PendingRequest, resp):
         kind = req.kind

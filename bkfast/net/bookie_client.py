@@ -82,7 +82,7 @@ def split_bookie_id(bookie_id: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _scope_field(scope_id: int) -> int:
+def scope_field(scope_id: int) -> int:
     """ledgerScopeId is an int64 on the wire: the unsigned scope's two's complement."""
     if not 0 <= scope_id <= _MAX_SCOPE:
         raise BKIncorrectParameterException(f"scope id {scope_id} is outside 0..2^64-1")
@@ -209,16 +209,16 @@ class BookieClient:
     def v2_by_default(self) -> bool:
         return not self.default_v3
 
-    def tracked_channel(self, bookie_id: str, ledger_id: int, tracker, position: int):
-        """The ledger client's fast path of v2 adds: the v2 connection's ChannelCore for `ledger_id` on
-        `bookie_id`, with an AckPort registered so that its ADD answers for the ledger go straight to
-        `tracker` (bkfast._clientpath.AddTracker) as ensemble position `position`. Frames written to it
-        are complete v2 ADD requests. None when the general path is needed: a closed client, a bookie that
-        cannot be resolved, or another tracker already writing that ledger over this connection."""
+    def tracked_channel(self, bookie_id: str, ledger_id: int, tracker, position: int, v3: bool = False):
+        """The ledger client's fast path of adds: the connection's ChannelCore for `ledger_id` on
+        `bookie_id` (v2, or v3 with `v3`), with an AckPort registered so that its ADD answers for the
+        ledger go straight to `tracker` (bkfast._clientpath.AddTracker) as ensemble position `position`.
+        None when the general path is needed: a closed client, a bookie that cannot be resolved, or
+        another tracker already writing that ledger over this connection."""
         if self.closed:
             return None
         try:
-            ch = self._channel(bookie_id, False, ledger_id)
+            ch = self._channel(bookie_id, v3, ledger_id)
         except BKError:
             return None
         core = ch.core
@@ -285,7 +285,7 @@ class BookieClient:
             else:
                 a.ClearField("writeFlags")
             if scope_id:
-                a.ledgerScopeId = _scope_field(scope_id)
+                a.ledgerScopeId = scope_field(scope_id)
             else:
                 a.ClearField("ledgerScopeId")
             ch.send_v3(_frame(r), req)
@@ -324,7 +324,7 @@ class BookieClient:
                 if master_key is not None:
                     rr.masterKey = master_key
             if scope_id:
-                rr.ledgerScopeId = _scope_field(scope_id)
+                rr.ledgerScopeId = scope_field(scope_id)
             ch.send_v3(_frame(r), req)
             return req
         except BKError as err:
@@ -367,7 +367,7 @@ class BookieClient:
 
     def _v3_call(self, bookie_id, ledger_id, entry_id, kind, operation, timeout, scope_id, args=()):
         try:
-            scope = _scope_field(scope_id) if scope_id else 0
+            scope = scope_field(scope_id) if scope_id else 0
             ch, req = self._start(bookie_id, True, ledger_id, entry_id, kind, timeout)
             r = self._v3_request(operation, req.seq)
             if kind == K_LONG_POLL:
