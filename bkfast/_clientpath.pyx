@@ -16,6 +16,7 @@ Must never: complete an add before AQ distinct positions of its write set acknow
 out of entry order, or count an answer from a bookie that no longer holds the position it answered for.
 """
 
+from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t, uint8_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
@@ -27,6 +28,8 @@ _monotonic = time.monotonic
 
 DEF V2_ADD = 1
 DEF V2_READ = 2
+DEF V3_READ_ENTRY = 1
+DEF V3_EBADREQ = 404
 DEF V3_ADD_ENTRY = 2
 DEF V3_FIRST_TRACKED_TXN = 1 << 62     # the client's own request numbers never get here
 DEF RESPONSE_HEADER = 24
@@ -81,20 +84,25 @@ cdef inline int _skip_field(const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, int
     return 0 if pos[0] <= n else -1
 
 
-cdef int _v3_add_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *status) noexcept nogil:
-    """Reads a v3 Response far enough to match an ADD_ENTRY answer: header.txnId, and the add's status
-    (addResponse.status, else the top-level status). 1 if it is an ADD_ENTRY answer, 0 if it is
-    something else, -1 if it is not a well-formed Response (the caller's protobuf parser decides)."""
-    cdef Py_ssize_t pos = 0, end, sub_end
+cdef int _v3_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *operation, int *status,
+                    Py_ssize_t *body_at, Py_ssize_t *body_len) noexcept nogil:
+    """Reads a v3 Response far enough to match an ADD_ENTRY or READ_ENTRY answer: header.txnId and
+    operation, the inner response's status (else the top-level one) and a read's body (offset and
+    length; -1 when absent). 0 on success, -1 if it is not a well-formed Response (the caller's
+    protobuf parser then decides)."""
+    cdef Py_ssize_t pos = 0, end
     cdef uint64_t key, value, length
-    cdef int field, wire, operation = -1, top_status = -1, add_status = -1
+    cdef int field, wire, top_status = -1, inner_status = -1
     cdef bint have_txn = False
+    operation[0] = -1
+    body_at[0] = -1
+    body_len[0] = 0
     while pos < n:
         if _varint(p, n, &pos, &key) < 0:
             return -1
         field = <int>(key >> 3)
         wire = <int>(key & 7)
-        if (field == 1 or field == 101) and wire == 2:
+        if (field == 1 or field == 100 or field == 101) and wire == 2:
             if _varint(p, n, &pos, &length) < 0 or length > <uint64_t>(n - pos):
                 return -1
             end = pos + <Py_ssize_t>length
@@ -105,12 +113,18 @@ cdef int _v3_add_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *stat
                     if _varint(p, end, &pos, &value) < 0:
                         return -1
                     if field == 1 and (key >> 3) == 2:
-                        operation = <int>value
+                        operation[0] = <int>value
                     elif field == 1 and (key >> 3) == 3:
                         txn[0] = value
                         have_txn = True
-                    elif field == 101 and (key >> 3) == 1:
-                        add_status = <int>value
+                    elif field != 1 and (key >> 3) == 1:
+                        inner_status = <int>value
+                elif field == 100 and key == ((4 << 3) | 2):
+                    if _varint(p, end, &pos, &length) < 0 or length > <uint64_t>(end - pos):
+                        return -1
+                    body_at[0] = pos
+                    body_len[0] = <Py_ssize_t>length
+                    pos += <Py_ssize_t>length
                 elif _skip_field(p, end, &pos, <int>(key & 7)) < 0:
                     return -1
             pos = end
@@ -120,12 +134,36 @@ cdef int _v3_add_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *stat
             top_status = <int>value
         elif _skip_field(p, n, &pos, wire) < 0:
             return -1
-    if not have_txn or operation < 0 or top_status < 0:
+    if not have_txn or operation[0] < 0 or top_status < 0:
         return -1
-    if operation != V3_ADD_ENTRY:
-        return 0
-    status[0] = add_status if add_status >= 0 else top_status
-    return 1
+    status[0] = inner_status if inner_status >= 0 else top_status
+    return 0
+
+
+cdef inline Py_ssize_t _put_varint(uint8_t *p, uint64_t v) noexcept nogil:
+    cdef Py_ssize_t n = 0
+    while v >= 0x80:
+        p[n] = <uint8_t>((v & 0x7F) | 0x80)
+        v >>= 7
+        n += 1
+    p[n] = <uint8_t>v
+    return n + 1
+
+
+cdef Py_ssize_t _v3_header(uint8_t *p, int operation, uint64_t txn) noexcept nogil:
+    """Request.header (field 1) with version 3, `operation` and `txn`; returns its size."""
+    cdef Py_ssize_t h = 2
+    p[0] = 0x0A
+    p[2] = 0x08; p[3] = 3
+    p[4] = 0x10; p[5] = <uint8_t>operation
+    p[6] = 0x18
+    h = 7 + _put_varint(p + 7, txn)
+    p[1] = <uint8_t>(h - 2)
+    return h
+
+
+cdef inline void _put_u32be(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24); p[1] = <uint8_t>(v >> 16); p[2] = <uint8_t>(v >> 8); p[3] = <uint8_t>v
 
 
 cdef class ChannelCore:
@@ -141,6 +179,7 @@ cdef class ChannelCore:
     cdef public dict ports                # ledger id -> AckPort
     cdef public dict read_ports           # ledger id -> [ReadPort] (reads in flight of that ledger)
     cdef public dict v3_adds              # v3: txnId -> (AckPort, entry id) of tracked adds
+    cdef public dict v3_reads             # v3: txnId -> (ReadPort, entry id) of batch reads
     cdef public uint64_t next_txn
     cdef public object v3_error           # status -> the exception a v3 error status stands for
     cdef public object schedule_flush     # called once per reactor turn with output waiting
@@ -149,6 +188,7 @@ cdef class ChannelCore:
 
     def __init__(self, schedule_flush, flush_now, slow_frame, Py_ssize_t flush_bytes, v3_error=None):
         self.v3_adds = {}
+        self.v3_reads = {}
         self.next_txn = V3_FIRST_TRACKED_TXN
         self.v3_error = v3_error
         self.out = []
@@ -179,53 +219,80 @@ cdef class ChannelCore:
         """A v3 ADD_ENTRY request: a fresh txnId in a hand-built header, then `add_field` (the Request's
         serialized addRequest field, shared by every bookie of the write set; not copied here)."""
         cdef uint8_t prefix[32]
-        cdef Py_ssize_t h = 4, header_len
         cdef uint64_t txn = self.next_txn
         self.next_txn += 1
         self.v3_adds[txn] = (port, entry_id)
-        prefix[h] = 0x0A                    # Request.header, length-delimited
-        h += 2                              # (its length byte, filled below)
-        prefix[h] = 0x08; prefix[h + 1] = 3          # version = VERSION_THREE
-        prefix[h + 2] = 0x10; prefix[h + 3] = V3_ADD_ENTRY   # operation = ADD_ENTRY
-        prefix[h + 4] = 0x18                # txnId
-        h += 5
-        while txn >= 0x80:
-            prefix[h] = <uint8_t>((txn & 0x7F) | 0x80)
-            txn >>= 7
-            h += 1
-        prefix[h] = <uint8_t>txn
-        h += 1
-        header_len = h - 6
-        prefix[5] = <uint8_t>header_len
-        cdef uint32_t total = <uint32_t>(h - 4 + PyBytes_GET_SIZE(add_field))
-        prefix[0] = <uint8_t>(total >> 24); prefix[1] = <uint8_t>(total >> 16)
-        prefix[2] = <uint8_t>(total >> 8); prefix[3] = <uint8_t>total
+        cdef Py_ssize_t h = 4 + _v3_header(prefix + 4, V3_ADD_ENTRY, txn)
+        _put_u32be(prefix, <uint32_t>(h - 4 + PyBytes_GET_SIZE(add_field)))
         self.out.append(PyBytes_FromStringAndSize(<char *>prefix, h))
         self.out_bytes += h
         self.write(add_field)
 
+    cpdef write_v3_read(self, ReadPort port, int64_t ledger_id, int64_t entry_id, int64_t scope_field):
+        """A plain v3 READ_ENTRY request (no fence, no long poll), built by hand."""
+        cdef uint8_t frame[80]
+        cdef uint8_t inner[40]
+        cdef Py_ssize_t n, h
+        cdef uint64_t txn = self.next_txn
+        self.next_txn += 1
+        self.v3_reads[txn] = (port, entry_id)
+        inner[0] = 0x08
+        n = 1 + _put_varint(inner + 1, <uint64_t>ledger_id)
+        inner[n] = 0x10
+        n += 1 + _put_varint(inner + n + 1, <uint64_t>entry_id)
+        if scope_field != 0:
+            inner[n] = 0xC0; inner[n + 1] = 0x3E          # field 1000, varint
+            n += 2 + _put_varint(inner + n + 2, <uint64_t>scope_field)
+        h = 4 + _v3_header(frame + 4, V3_READ_ENTRY, txn)
+        frame[h] = 0xA2; frame[h + 1] = 0x06               # Request.readRequest (field 100), length-delimited
+        h += 2 + _put_varint(frame + h + 2, <uint64_t>n)
+        memcpy(frame + h, inner, n)
+        h += n
+        _put_u32be(frame, <uint32_t>(h - 4))
+        self.write(PyBytes_FromStringAndSize(<char *>frame, h))
+
     def dispatch_v3(self, list frames):
-        """Route v3 response frames: ADD_ENTRY answers of tracked adds to their tracker, the rest to
-        `slow_frame` (the channel's protobuf path, matched by txnId)."""
+        """Route v3 response frames: ADD_ENTRY answers of tracked adds to their tracker, READ_ENTRY
+        answers of read batches to their batch, the rest to `slow_frame` (the channel's protobuf path,
+        matched by txnId)."""
         cdef bytes f
+        cdef const uint8_t *p
         cdef uint64_t txn = 0
-        cdef int status = 0, kind
+        cdef int status = 0, operation = -1
+        cdef Py_ssize_t body_at, body_len
         cdef AckPort port
+        cdef ReadPort read_port
         cdef int64_t entry_id
-        cdef dict tracked = self.v3_adds
+        cdef dict adds = self.v3_adds
+        cdef dict reads = self.v3_reads
+        cdef object routed
         for f in frames:
-            kind = 0
-            if tracked:
-                kind = _v3_add_answer(<const uint8_t *>PyBytes_AS_STRING(f), PyBytes_GET_SIZE(f), &txn, &status)
-            if kind == 1 and txn in tracked:
-                port, entry_id = tracked.pop(txn)
-                self.inflight -= 1
-                if port.position >= 0:
-                    if status == 0:
-                        port.tracker.on_ack(port.position, entry_id, 0)
-                    else:
-                        port.tracker.on_failed(port.position, entry_id, self.v3_error(status))
-            else:
+            routed = None
+            p = <const uint8_t *>PyBytes_AS_STRING(f)
+            if (adds or reads) and _v3_answer(p, PyBytes_GET_SIZE(f), &txn, &operation, &status, &body_at,
+                                              &body_len) == 0:
+                if operation == V3_ADD_ENTRY:
+                    routed = adds.pop(txn, None)
+                    if routed is not None:
+                        port, entry_id = routed
+                        self.inflight -= 1
+                        if port.position >= 0:
+                            if status == 0:
+                                port.tracker.on_ack(port.position, entry_id, 0)
+                            else:
+                                port.tracker.on_failed(port.position, entry_id, self.v3_error(status))
+                elif operation == V3_READ_ENTRY:
+                    routed = reads.pop(txn, None)
+                    if routed is not None:
+                        read_port, entry_id = routed
+                        self.inflight -= 1
+                        if status == 0 and body_at >= 0:
+                            read_port.batch.on_result(read_port.bookie, entry_id,
+                                                      PyBytes_FromStringAndSize(<char *>p + body_at, body_len), None)
+                        else:
+                            read_port.batch.on_result(read_port.bookie, entry_id, None,
+                                                      self.v3_error(status if status else V3_EBADREQ))
+            if routed is None:
                 self.slow_frame(f)
             if self.closed:
                 return
@@ -294,6 +361,7 @@ cdef class ChannelCore:
         self.out_bytes = 0
         self.inflight = 0
         self.v3_adds = {}
+        self.v3_reads = {}
         ports, self.ports = self.ports, {}
         read_ports, self.read_ports = self.read_ports, {}
         for port in list(ports.values()):
@@ -607,12 +675,15 @@ cdef class ReadBatchCore:
     cdef public list segment_firsts
     cdef public list segment_bookies
     cdef public dict write_sets          # segment * E + e % E -> bookies
-    cdef public bint fast, closed
+    cdef public bint fast, closed, v3
+    cdef public int64_t scope_field      # v3 ledgerScopeId (two's complement of the scope), 0 if none
     cdef public object resolve, slow_send, verify, failed, finished, make_frame
 
     def __init__(self, int64_t ledger_id, int64_t first, int64_t last, int window, list ensembles,
                  int ensemble_size, int write_quorum, bint fast, resolve, slow_send, verify, failed, finished,
-                 make_frame):
+                 make_frame, bint v3=False, int64_t scope_field=0):
+        self.v3 = v3
+        self.scope_field = scope_field
         self.ledger_id = ledger_id
         self.first = first
         self.last = last
@@ -678,10 +749,19 @@ cdef class ReadBatchCore:
                 self.channels[bookie] = ch
             if ch is not None:
                 ch.inflight += 1
-                ch.write(self.make_frame(self.ledger_id, r.entry_id))
+                if self.v3:
+                    ch.write_v3_read(self._port_on(ch), self.ledger_id, r.entry_id, self.scope_field)
+                else:
+                    ch.write(self.make_frame(self.ledger_id, r.entry_id))
                 return True
         self.slow_send(r, bookie)
         return True
+
+    cdef ReadPort _port_on(self, ChannelCore ch):
+        for port in ch.read_ports[self.ledger_id]:
+            if (<ReadPort>port).batch is self:
+                return port
+        raise KeyError(f"ledger {self.ledger_id}: read batch has no port on its channel")
 
     cdef bint on_frame(self, bookie, int64_t entry_id, int rc, bytes frame) except -1:
         cdef EntryRead r = self.in_flight.get(entry_id)

@@ -223,3 +223,46 @@ def test_v3_add_requests_parse_as_protobuf_and_answers_route_by_txn_id():
     assert done == [0] and len(rec.errors) == 1
     position, entry_id, error = rec.errors[0]
     assert (position, entry_id) == (0, 1) and isinstance(error, BKLedgerFencedException)
+
+
+def test_v3_read_requests_parse_as_protobuf_and_answers_reach_the_batch():
+    import struct
+
+    from bkfast._clientpath import ReadPort
+
+    from bkfast.errors import BKNoSuchEntryException, error_for_v3_status
+    from bkfast.proto import BookkeeperProtocol_pb2 as pb
+
+    results: dict[int, tuple] = {}
+    core = ChannelCore(lambda: None, lambda: None, lambda f: None, 1 << 20, error_for_v3_status)
+    core.connected = True
+    batch = ReadBatchCore(77, 0, 1, 10, [(0, ["b"])], 1, 1, True, lambda b: core, None,
+                          lambda data, e: (data, e - 1), lambda read, err: results.setdefault(read.entry_id, err),
+                          lambda: None, None, True, -2)
+    core.read_ports[77] = [ReadPort(batch, "b")]
+    batch.channels["b"] = core
+    batch.fill()
+    frames = core.take()
+    requests = []
+    for wire in frames:
+        assert struct.unpack(">I", wire[:4])[0] == len(wire) - 4
+        requests.append(pb.Request.FromString(wire[4:]))
+    assert [(r.header.operation, r.readRequest.ledgerId, r.readRequest.entryId, r.readRequest.ledgerScopeId)
+            for r in requests] == [(pb.READ_ENTRY, 77, 0, -2), (pb.READ_ENTRY, 77, 1, -2)]
+
+    def answer(request, status, body=None):
+        r = pb.Response()
+        r.header.version = pb.VERSION_THREE
+        r.header.operation = pb.READ_ENTRY
+        r.header.txnId = request.header.txnId
+        r.status = status
+        r.readResponse.status = status
+        r.readResponse.ledgerId = 77
+        r.readResponse.entryId = request.readRequest.entryId
+        if body is not None:
+            r.readResponse.body = body
+        return r.SerializeToString()
+
+    core.dispatch_v3([answer(requests[1], pb.ENOENTRY), answer(requests[0], pb.EOK, b"entry zero")])
+    assert isinstance(results[1], BKNoSuchEntryException)
+    assert batch.results[0] == b"entry zero" and batch.max_lac == -1

@@ -25,6 +25,7 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     error_for_v2_rc,
 )
+from bkfast.net.bookie_client import scope_field
 
 from .distribution import quorum_covered, write_set
 
@@ -64,11 +65,11 @@ class _ReadBatch:
         self.deferred = defer.Deferred()
         md = handle.metadata
         client = handle.bookie_client
+        self.v3 = bool(handle.scope_id) or not client.v2_by_default
         self.core = ReadBatchCore(handle.ledger_id, first, last, window, [tuple(s) for s in md.ensembles],
-                                  md.ensemble_size, md.write_quorum_size,
-                                  not handle.scope_id and client.v2_by_default,
+                                  md.ensemble_size, md.write_quorum_size, True,
                                   self._resolve, self._slow_send, handle.digest.verify, self._failed,
-                                  self._finished, _plain_read_frame)
+                                  self._finished, _plain_read_frame, self.v3, scope_field(handle.scope_id))
         spec_ms = handle.conf.get("speculativeReadTimeout")
         self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
         self.read_timeout = client.read_timeout
@@ -90,7 +91,7 @@ class _ReadBatch:
         return self.deferred
 
     def _resolve(self, bookie: str):
-        return self.handle.bookie_client.read_channel(bookie, self.handle.ledger_id, self.core)
+        return self.handle.bookie_client.read_channel(bookie, self.handle.ledger_id, self.core, self.v3)
 
     def _slow_send(self, read, bookie: str) -> None:
         h = self.handle

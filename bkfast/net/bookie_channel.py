@@ -415,7 +415,7 @@ class BookieChannel(protocol.Protocol):
             req.callback(result)
 
     def _v3_add_error(self, status: int) -> BKError:
-        return error_for_v3_status(status, f"add on bookie {self.bookie_id}")
+        return error_for_v3_status(status, f"request on bookie {self.bookie_id}")
 
     def _v3_result(self, req: PendingRequest, resp):
         kind = req.kind

@@ -231,15 +231,16 @@ class BookieClient:
             port.position = position
         return core
 
-    def read_channel(self, bookie_id: str, ledger_id: int, batch):
-        """The fast path of plain v2 reads (no fence, normal priority): the v2 connection's ChannelCore for
+    def read_channel(self, bookie_id: str, ledger_id: int, batch, v3: bool = False):
+        """The fast path of plain reads (no fence, normal priority): the v2 connection's ChannelCore for
         `ledger_id` on `bookie_id`, with a ReadPort registered so that READ answers for the ledger that
         `batch` (bkfast._clientpath.ReadBatchCore) is waiting for go straight to it. None when the general
-        path is needed (v3 by default, a closed client, an unresolvable bookie)."""
-        if self.closed or self.default_v3:
+        path is needed (a closed client, an unresolvable bookie). With `v3`, the bookie's v3 connection
+        (the batch then sends v3 READ_ENTRY requests)."""
+        if self.closed:
             return None
         try:
-            ch = self._channel(bookie_id, False, ledger_id)
+            ch = self._channel(bookie_id, v3, ledger_id)
         except BKError:
             return None
         core = ch.core
