@@ -204,8 +204,9 @@ async def run_ledger_bench(reactor, metadata_uri: str, ensemble: int, write_quor
 @click.option("--tailing", default=2000, show_default=True, type=click.IntRange(0),
               help="Entries for the tailing-read latency phase (0 = skip).")
 @click.option("--gc-tuning/--no-gc-tuning", default=True, show_default=True,
-              help="gc.freeze() after start-up and gen-0 threshold 50,000: with 10,000 adds in flight the "
-                   "default collector scans them all again and again (measured: client CPU per add 31 -> 20 us).")
+              help="gc.freeze() after start-up and gen-0 threshold 50,000, so the collector does not re-scan "
+                   "the adds in flight (measured: 5.3 -> 5.1 us of client CPU per add; 31 -> 20 us before the "
+                   "Cython add path).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def ledger(metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding, duration, rate, protocol, digest,
            read, tailing, gc_tuning, as_json) -> None:
