@@ -241,8 +241,8 @@ CLIENT_KEYS: tuple[Key, ...] = (
     Key("enableParallelRecoveryRead", bool, False, "Read recovery entries from all replicas at once"),
     Key("explicitLacInterval", int, 0, "Explicit LAC write interval; 0 = off", min=0),
     Key("numChannelsPerBookie", int, 1, "Connections per bookie", min=1),
-    Key("throttle", int, 5000, "Outstanding add/read requests allowed per client (accepted, not yet enforced "
-        "by the bkfast client: callers bound their own in-flight adds)", min=0),
+    Key("throttle", int, 5000, "Adds per second per ledger handle, as Java's LedgerHandle rate limiter "
+        "(adds beyond it wait for their permit, in order); 0 = no limit", min=0),
     Key("clientConnectTimeoutMillis", int, 10000, "Bookie connect timeout, ms", min=0),
     Key("storeSystemtimeAsLedgerCreationTime", bool, False, "Store ctime in ledger metadata"),
     Key("digestType", str, "CRC32", "Digest of new ledgers", choices=("CRC32", "MAC", "CRC32C", "DUMMY")),

@@ -328,6 +328,29 @@ def test_frozen_bookie_times_out_and_is_replaced(running):
         assert [e.data for e in lh.read_entries(0, 59)] == expected
         lh.close()
 
+
+def test_throttle_holds_adds_back_and_close_waits_for_them(running):
+    """throttle=50 (adds/s per handle): of 40 adds issued at once only the first is sent; the rest wait
+    for permits, in order; close() waits for all of them."""
+    from tests.reactor_thread import call
+
+    with _client(running, throttle=50) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        handle = lh.async_handle
+        done: list[tuple] = []
+
+        def issue():
+            for i in range(40):
+                handle.async_add_entry(b"t-%d" % i, lambda err, e, ctx: done.append((err, e, ctx)), i)
+            return handle.pending_adds, len(handle._core.pending)
+
+        pending, sent = call(issue)
+        assert pending == 40 and sent <= 2, (pending, sent)
+        lh.close()
+        assert done == [(None, i, i) for i in range(40)]
+        assert lh.last_add_confirmed == 39
+        assert bk.get_ledger_metadata(lh.ledger_id).last_entry_id == 39
+
 def test_speculative_read_goes_to_the_next_replica(running):
     """With the first replica frozen (SIGSTOP), a read is answered by the second one after
     speculativeReadTimeout, long before the 60 s read timeout would fail the first request."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from twisted.internet import defer, task
 
@@ -38,6 +39,7 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 from .handle import LedgerHandle
 from .placement import choose_replacements
+from .throttle import AddThrottle
 
 __all__ = ["WriteHandle", "WriteHandleAdv"]
 
@@ -77,6 +79,8 @@ class WriteHandle(LedgerHandle):
                                 self._position_failed, self._drained, self._v3, self.ledger_id)
         self.last_add_pushed = lac
         self._frame_flags = _RECOVERY_FLAGS if recovery else 0
+        throttle = self.conf.get("throttle")
+        self._throttle = AddThrottle(throttle, self.reactor) if throttle > 0 and not recovery else None
         self._changing_ensemble = False
         self._failed_bookies: set[str] = set()
         self._error: BaseException | None = None
@@ -125,7 +129,8 @@ class WriteHandle(LedgerHandle):
 
     @property
     def pending_adds(self) -> int:
-        return len(self._core.pending)
+        """Adds not completed yet (sent, or waiting for a `throttle` permit)."""
+        return len(self._core.pending) + (len(self._throttle) if self._throttle is not None else 0)
 
     # --- adds ---------------------------------------------------------------------------------------
     def _refuse(self) -> BaseException | None:
@@ -142,7 +147,7 @@ class WriteHandle(LedgerHandle):
             return defer.fail(refused)
         entry_id = self.last_add_pushed + 1
         self.last_add_pushed = entry_id
-        return self._push(entry_id, data)
+        return self._throttled_push(entry_id, data, None, None)
 
     append = add_entry
 
@@ -156,11 +161,19 @@ class WriteHandle(LedgerHandle):
             return
         entry_id = self.last_add_pushed + 1
         self.last_add_pushed = entry_id
-        self._push(entry_id, data, callback, ctx)
+        self._throttled_push(entry_id, data, callback, ctx)
 
-    def _push(self, entry_id: int, data, callback=None, ctx=None) -> defer.Deferred | None:
-        self.length += len(data)
+    def _throttled_push(self, entry_id: int, data, callback, ctx) -> defer.Deferred | None:
+        if self._throttle is None:
+            return self._push(entry_id, data, callback, ctx)
         d = defer.Deferred() if callback is None else None
+        self._throttle.submit(partial(self._push, entry_id, data, callback, ctx, d))
+        return d
+
+    def _push(self, entry_id: int, data, callback=None, ctx=None, d=None) -> defer.Deferred | None:
+        self.length += len(data)
+        if d is None and callback is None:
+            d = defer.Deferred()
         loop = self._timeout_loop
         if loop is not None and not loop.running and self._error is None:
             loop.start(self._timeout_interval, now=False)
@@ -240,7 +253,7 @@ class WriteHandle(LedgerHandle):
                 f"entry {entry_id}"), entry_id, bookie)
 
     def _drained(self) -> None:
-        if self._drained_waiters:
+        if self._drained_waiters and not (self._throttle is not None and len(self._throttle)):
             waiters, self._drained_waiters = self._drained_waiters, []
             for waiter in waiters:
                 waiter.callback(None)
@@ -275,6 +288,13 @@ class WriteHandle(LedgerHandle):
         core.release_positions((1 << core.ensemble_size) - 1)
         for pending in pending_adds:
             pending.complete(self._error)
+        if self._throttle is not None:
+            for job in self._throttle.drop():       # partial(_push, entry_id, data, callback, ctx, d)
+                entry_id, _data, callback, ctx, d = job.args
+                if callback is not None:
+                    callback(self._error, entry_id, ctx)
+                else:
+                    d.errback(self._error)
         self._drained()
 
     # --- ensemble change ----------------------------------------------------------------------------
@@ -360,7 +380,7 @@ class WriteHandle(LedgerHandle):
                 loop.stop()
 
     def _wait_drained(self) -> defer.Deferred:
-        if not self._core.pending or self._error is not None:
+        if not self.pending_adds or self._error is not None:
             return defer.succeed(None)
         waiter = defer.Deferred()
         self._drained_waiters.append(waiter)
@@ -431,7 +451,8 @@ class WriteHandleAdv(WriteHandle):
             return refused
         if not isinstance(entry_id, int) or entry_id < 0:
             return BKIncorrectParameterException(f"ledger {self.ledger_id}: bad entry id {entry_id!r}")
-        if entry_id <= self.last_add_confirmed or entry_id in self._core.by_entry:
+        if entry_id <= self.last_add_confirmed or entry_id in self._core.by_entry or (
+                self._throttle is not None and any(job.args[0] == entry_id for job in self._throttle.waiting)):
             return BKDuplicateEntryIdException(f"ledger {self.ledger_id}: entry {entry_id} was already added")
         return None
 
@@ -440,7 +461,7 @@ class WriteHandleAdv(WriteHandle):
         if refused is not None:
             return defer.fail(refused)
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
-        return self._push(entry_id, data)
+        return self._throttled_push(entry_id, data, None, None)
 
     append = add_entry
 
@@ -451,4 +472,4 @@ class WriteHandleAdv(WriteHandle):
             self.reactor.callLater(0, callback, refused, -1, ctx)
             return
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
-        self._push(entry_id, data, callback, ctx)
+        self._throttled_push(entry_id, data, callback, ctx)
