@@ -347,26 +347,16 @@ class BookieChannel(protocol.Protocol):
         """One v2 answer that is not a tracked add (see bkfast._clientpath)."""
         header, rc, ledger_id, entry_id = _V2_RESPONSE.unpack_from(f)
         op = (header >> 16) & 0xFF if header >> 24 else header & 0xFF
-        if op == _V2_ADD:
-            req = _queue_pop(self.adds, (ledger_id, entry_id))
+        if op == _V2_ADD or op == _V2_READ:
+            is_add = op == _V2_ADD
+            req = _queue_pop(self.adds, (ledger_id, entry_id)) if is_add else self._pop_read(ledger_id, entry_id)
             if req is None or req.done:
-                self._stray(req, "ADD", ledger_id, entry_id)
+                self._stray(req, "ADD" if is_add else "READ", ledger_id, entry_id)
                 return
             self.inflight -= 1
             req.done = True
             if rc == 0:
-                req.callback(None)
-            else:
-                req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
-        elif op == _V2_READ:
-            req = self._pop_read(ledger_id, entry_id)
-            if req is None or req.done:
-                self._stray(req, "READ", ledger_id, entry_id)
-                return
-            self.inflight -= 1
-            req.done = True
-            if rc == 0:
-                req.callback(f[24:])
+                req.callback(None if is_add else f[24:])
             else:
                 req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
         else:

@@ -209,19 +209,25 @@ class BookieClient:
     def v2_by_default(self) -> bool:
         return not self.default_v3
 
+    def _fast_path_core(self, bookie_id: str, ledger_id: int, v3: bool):
+        """The ChannelCore of the connection `ledger_id` uses to `bookie_id`, or None (closed client,
+        unresolvable bookie)."""
+        if self.closed:
+            return None
+        try:
+            return self._channel(bookie_id, v3, ledger_id).core
+        except BKError:
+            return None
+
     def tracked_channel(self, bookie_id: str, ledger_id: int, tracker, position: int, v3: bool = False):
         """The ledger client's fast path of adds: the connection's ChannelCore for `ledger_id` on
         `bookie_id` (v2, or v3 with `v3`), with an AckPort registered so that its ADD answers for the
         ledger go straight to `tracker` (bkfast._clientpath.AddTracker) as ensemble position `position`.
         None when the general path is needed: a closed client, a bookie that cannot be resolved, or
         another tracker already writing that ledger over this connection."""
-        if self.closed:
+        core = self._fast_path_core(bookie_id, ledger_id, v3)
+        if core is None:
             return None
-        try:
-            ch = self._channel(bookie_id, v3, ledger_id)
-        except BKError:
-            return None
-        core = ch.core
         port = core.ports.get(ledger_id)
         if port is None:
             core.ports[ledger_id] = AckPort(tracker, position)
@@ -237,13 +243,9 @@ class BookieClient:
         `batch` (bkfast._clientpath.ReadBatchCore) is waiting for go straight to it. None when the general
         path is needed (a closed client, an unresolvable bookie). With `v3`, the bookie's v3 connection
         (the batch then sends v3 READ_ENTRY requests)."""
-        if self.closed:
+        core = self._fast_path_core(bookie_id, ledger_id, v3)
+        if core is None:
             return None
-        try:
-            ch = self._channel(bookie_id, v3, ledger_id)
-        except BKError:
-            return None
-        core = ch.core
         ports = core.read_ports.get(ledger_id)
         if ports is None:
             core.read_ports[ledger_id] = [ReadPort(batch, bookie_id)]
