@@ -27,6 +27,13 @@ from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pread, pwrite, fdatasync, close as c_close
 
+cdef extern from "fcntl.h" nogil:
+    int sync_file_range(int fd, off_t offset, off_t nbytes, unsigned int flags)
+    enum:
+        SYNC_FILE_RANGE_WAIT_BEFORE
+        SYNC_FILE_RANGE_WRITE
+        SYNC_FILE_RANGE_WAIT_AFTER
+
 from bkfast.errors import StorageCorruptionError
 
 cdef enum:
@@ -157,11 +164,18 @@ cdef class BufferedChannel:
     cdef int64_t file_pos        # bytes already handed to the file = file offset of buf[0]
     cdef bint dirty              # the file got bytes since the last fdatasync
     cdef readonly bint closed
+    cdef readonly int64_t synced_position    # every byte below this is durable (fdatasync'd)
+    cdef readonly int64_t writeback_bytes    # start writeback every this many file bytes; 0 = never
+    cdef int64_t wb_started      # disk writeback has been started for the file bytes below this
 
-    def __cinit__(self, int fd, int64_t log_id, int64_t file_size, Py_ssize_t buffer_size=65536):
+    def __cinit__(self, int fd, int64_t log_id, int64_t file_size, Py_ssize_t buffer_size=65536,
+                  int64_t writeback_bytes=0):
         self.fd = fd
         self.log_id = log_id
         self.file_pos = file_size
+        self.synced_position = file_size
+        self.writeback_bytes = writeback_bytes if writeback_bytes > 0 else 0
+        self.wb_started = file_size
         self.capacity = buffer_size if buffer_size > 0 else 0
         self.used = 0
         self.dirty = False
@@ -218,7 +232,27 @@ cdef class BufferedChannel:
         self.file_pos += n
         self.used = 0
         self.dirty = True
+        if self.writeback_bytes and self.file_pos - self.wb_started >= self.writeback_bytes:
+            self.start_writeback()
         return 0
+
+    cdef void start_writeback(self) noexcept:
+        """Start disk writeback of the file bytes written since the last call (SYNC_FILE_RANGE_WRITE,
+        GIL released; it does not wait for the disk).
+
+        Why: without it every byte of a write-cache flush stayed dirty in the page cache until the final
+        fdatasync, which then put tens of MB in the disk queue at once, and a journal fdatasync (of this
+        or another bookie on the same disk) queued behind that burst waited for all of it (measured, 3
+        bookies x 16,700 adds/s: 34 MB flush syncs of 17-69 ms, journal syncs up to 60 ms, the whole
+        open-loop p99 of ~38 ms). Handed over as it is written, the data streams out as background
+        writeback, which the block layer throttles in favour of sync writes, and the final fdatasync
+        has little left (1-5 ms). Waiting for each piece as well (bounded in-flight writeback) cost the
+        16 KiB throughput benchmark a third of its bandwidth and is not done. Durability is unchanged:
+        only fdatasync (sync()) counts; a sync_file_range error is left for it to report."""
+        cdef int64_t start = self.wb_started, end = self.file_pos
+        with nogil:
+            sync_file_range(self.fd, start, end - start, SYNC_FILE_RANGE_WRITE)
+        self.wb_started = end
 
     cdef int64_t append(self, const uint8_t *p, Py_ssize_t n, bint with_size) except -1:
         """Append [size] + bytes; return the file offset of the bytes (after the size)."""
@@ -251,6 +285,8 @@ cdef class BufferedChannel:
         at = self.file_pos + (SIZE_LEN if with_size else 0)
         self.file_pos += total
         self.dirty = True
+        if self.writeback_bytes and self.file_pos - self.wb_started >= self.writeback_bytes:
+            self.start_writeback()
         return at
 
     def add_entry(self, entry):
@@ -333,6 +369,8 @@ cdef class BufferedChannel:
         if err:
             raise OSError(err, f"fdatasync of entry log {self.log_id:x} failed")
         self.dirty = False
+        self.synced_position = self.file_pos
+        self.wb_started = self.file_pos
 
     def close(self):
         """Close the fd. Buffered bytes are dropped: the caller flushes/syncs first."""

@@ -377,3 +377,47 @@ def test_java_entry_log_scan_matches_every_entry_of_the_manifest(java_db_clean, 
     # Opening and reading changed nothing on disk.
     assert (root / "ledgers" / "current" / "lastId").read_bytes() == b"1\n"
     assert (root / "ledgers" / "current" / "0.log").stat().st_size == 12029903
+
+
+# --- writeback and flushEntrylogBytes -------------------------------------------------------------------
+def test_channel_with_writeback_keeps_every_byte_and_only_sync_makes_them_durable(tmp_path):
+    import os
+
+    from bkfast._entrylog import BufferedChannel
+
+    fd = os.open(tmp_path / "x.log", os.O_RDWR | os.O_CREAT, 0o644)
+    channel = BufferedChannel(fd, 1, 0, 4096, 16384)
+    entries = [bytes([i % 251]) * (100 + 37 * i) for i in range(200)] + [b"\x07" * 50_000]  # one unbuffered
+    locations = [channel.add_entry(e) for e in entries]
+    assert channel.writeback_bytes == 16384 and channel.synced_position == 0
+    channel.sync()
+    assert channel.synced_position == channel.position
+    for e, loc in zip(entries, locations, strict=True):
+        assert channel.read_entry(loc & 0xFFFFFFFF) == e
+    raw = (tmp_path / "x.log").read_bytes()
+    assert len(raw) == channel.position
+    channel.close()
+
+
+def test_flush_entrylog_bytes_syncs_the_current_log_while_writing(tmp_path):
+    logger = EntryLogger([tmp_path], ServerConfiguration({"flushEntrylogBytes": 20000}))
+    data = [encode_entry(5, i, i - 1, 0, b"z" * 1000, CRC32C) for i in range(60)]
+    logger.add_entries(5, data[:10])
+    channel = logger._current.channel
+    assert channel.synced_position == 0                           # ~10 KB written: below the threshold
+    logger.add_entries(5, data[10:30])
+    assert channel.synced_position >= 20000                       # synced without a flush() call
+    for i in range(30, 60):
+        logger.add_entry(5, data[i])
+    assert channel.position - channel.synced_position < 20000
+    logger.close()
+
+
+def test_flush_entrylog_bytes_zero_syncs_only_on_flush(tmp_path):
+    logger = EntryLogger([tmp_path], ServerConfiguration({}))
+    logger.add_entries(5, [encode_entry(5, i, i - 1, 0, b"z" * 1000, CRC32C) for i in range(100)])
+    channel = logger._current.channel
+    assert channel.synced_position == 0
+    logger.flush()
+    assert channel.synced_position == channel.position
+    logger.close()

@@ -72,6 +72,11 @@ _HEADER_FIELDS = struct.Struct(">4siqi")
 _MAP_POINTER = struct.Struct(">qi")
 _SCAN_CHUNK = 1 << 20
 _MIN_READ = 4096  # first read of an entry; page-cache reads of 512 B and 4 KiB cost the same
+WRITEBACK_BYTES = 1 << 20
+"""The channel of the log being written starts disk writeback every this many bytes
+(bkfast._entrylog.BufferedChannel.start_writeback): a flush then streams to the disk instead of dumping
+tens of MB into its queue at the final fdatasync, ahead of every journal sync. (Measured with 3 bookies x
+16,700 adds/s: 256 KiB, 1 MiB and 4 MiB gave the same tails within noise; 1 MiB is 32 calls a 32 MB half.)"""
 
 
 class LogRecord(NamedTuple):
@@ -120,6 +125,8 @@ class EntryLogger:
             d.mkdir(parents=True, exist_ok=True)
         self._size_limit = int(conf.log_size_limit)
         self._write_buffer_size = max(1, int(conf.write_buffer_size_bytes))
+        # Java's flushEntrylogBytes: fdatasync the current log whenever this many bytes are not yet durable.
+        self._flush_every_bytes = int(conf.flush_entrylog_bytes or 0)
         self._read_size = max(_MIN_READ, int(conf.read_buffer_size_bytes))
         # Java's sanity bound (nettyMaxFrameSizeBytes - 500) only logs a warning on read; reads here
         # also refuse sizes above the largest log, which no real entry can have.
@@ -212,7 +219,7 @@ class EntryLogger:
         self._next_dir += 1
         path = d / log_file_name(log_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        channel = BufferedChannel(fd, log_id, 0, self._write_buffer_size)
+        channel = BufferedChannel(fd, log_id, 0, self._write_buffer_size, WRITEBACK_BYTES)
         channel.write(_HEADER)
         self._last_id = log_id
         self._write_last_id(log_id)
@@ -271,7 +278,15 @@ class EntryLogger:
             location = active.channel.add_entry(entry)
             if not entry[0] & 0x80:  # scope 0: counted in the Java ledgers map
                 active.ledgers[ledger_id] = active.ledgers.get(ledger_id, 0) + size + 4
+            if self._flush_every_bytes:
+                self._sync_if_due(active.channel)
             return location
+
+    def _sync_if_due(self, channel: BufferedChannel) -> None:
+        # Java's flushEntrylogBytes (EntryLogManagerBase.addEntry): an fdatasync of the current log once
+        # this many of its bytes are not durable. The caller's flush() still syncs everything at the end.
+        if channel.position - channel.synced_position >= self._flush_every_bytes:
+            channel.sync()
 
     def add_entries(self, ledger_id: int, entries: list) -> list[int]:
         """add_entry for many entries of one ledger (a flush's run); their locations, in order."""
@@ -300,6 +315,8 @@ class EntryLogger:
                 out.extend(active.channel.add_entries(entries[i:j] if i or j < n else entries))
                 if counted:
                     active.ledgers[ledger_id] = active.ledgers.get(ledger_id, 0) + total
+                if self._flush_every_bytes:
+                    self._sync_if_due(active.channel)
                 i = j
         return out
 
