@@ -198,8 +198,10 @@ class DbLedgerStorage:
             d.flush()
 
     def checkpoint(self) -> None:
-        """flush(); the Bookie persists its journal lastMark after this returns."""
-        self.flush()
+        """flush(), paced while adds arrive (see SingleDirectoryDbLedgerStorage.flush); the Bookie
+        persists its journal lastMark after this returns."""
+        for d in self._dirs:
+            d.flush(paced=True)
 
     def close(self) -> None:
         """Flush, close the entry loggers and release every RocksDB handle (reopenable in-process)."""
