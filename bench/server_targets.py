@@ -29,8 +29,11 @@ from bkfast.conf import DEFAULT_DB_STORAGE_CACHE_MB
 REPO = Path(__file__).resolve().parent.parent
 BKFAST = str(REPO / ".venv" / "bin" / "bkfast")
 # The bookie's own cache defaults (LocalBookie's are smaller, for tests and sandboxes).
+# diskUsageThreshold: the benchmark host's disk is shared and often > 95 % used (statvfs f_bavail); a
+# run writes ~6 GB and is deleted afterwards, so it must not turn the bookie read-only mid-run.
 DEFAULT_BOOKIE_CONF = {"dbStorage_writeCacheMaxSizeMb": str(DEFAULT_DB_STORAGE_CACHE_MB),
-                       "dbStorage_readAheadCacheMaxSizeMb": str(DEFAULT_DB_STORAGE_CACHE_MB)}
+                       "dbStorage_readAheadCacheMaxSizeMb": str(DEFAULT_DB_STORAGE_CACHE_MB),
+                       "diskUsageThreshold": "0.995", "diskUsageWarnThreshold": "0.99"}
 
 CASES = {
     "1k": (["--throughput-count", "200000", "--outstanding", "10000", "--size", "1024", "--latency-count", "0"],

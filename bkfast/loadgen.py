@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import struct
 import time
+from array import array
 from collections import Counter
 
 from twisted.internet import defer, protocol
@@ -145,6 +146,7 @@ class Phase:
         self.completed = 0
         self.ok = 0
         self.latencies: list[float] = []
+        self.start_times: list[float] = []   # perf_counter start (scheduled) time of each latency sample
         self.errors: Counter = Counter()
         self.t0 = None
         self.t_end = None
@@ -228,6 +230,7 @@ class Phase:
         if rc == 0:
             self.ok += 1
             self.latencies.append(now - started)
+            self.start_times.append(started)
         else:
             self.errors[rc] += 1
         if self.completed >= self.total:
@@ -267,6 +270,15 @@ class Phase:
         if self.failure_reason:
             res["failure"] = self.failure_reason
         return res
+
+    def samples(self) -> array:
+        """(start time, latency) of every successful add, seconds, interleaved in one float64 array. The
+        start is time.perf_counter (CLOCK_MONOTONIC on Linux, the same clock in every process), so tails
+        can be lined up with events of the bookie."""
+        out = array("d", bytes(16 * len(self.latencies)))
+        out[0::2] = array("d", self.start_times)
+        out[1::2] = array("d", self.latencies)
+        return out
 
 
 class BenchProtocol(protocol.Protocol):
@@ -375,8 +387,9 @@ def run_bench(reactor, host: str, port: int, *, protocol_version: str = "v2", si
               ledgers: int = 1, first_ledger_id: int = 1, digest_type: int = 3, password: bytes = b"",
               connections: int = 1, outstanding: int = 1000, warmup_count: int = 0,
               latency_count: int = 0, throughput_count: int = 0, rate: float | None = None,
-              rate_count: int = 0, timeout_s: float = 300.0, on_phase=None):
-    """Run the phases in order (warmup, latency, throughput, rate); fires with {phase: result}."""
+              rate_count: int = 0, timeout_s: float = 300.0, on_phase=None, on_samples=None):
+    """Run the phases in order (warmup, latency, throughput, rate); fires with {phase: result}.
+    `on_samples(name, Phase.samples())` is called after each measured phase when given."""
     v3 = protocol_version == "v3"
     writer = Writer(protocol_version, first_ledger_id, ledgers, size, digest_type, password)
     conns = yield connect(reactor, host, port, connections, v3)
@@ -403,6 +416,8 @@ def run_bench(reactor, host: str, port: int, *, protocol_version: str = "v2", si
             results[name] = res
             if on_phase is not None and name != "warmup":
                 on_phase(name, res)
+            if on_samples is not None and name != "warmup":
+                on_samples(name, phase.samples())
     finally:
         for c in conns:
             if c.transport is not None:

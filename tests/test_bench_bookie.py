@@ -383,3 +383,20 @@ def test_rate_phase_spreads_due_adds_over_connections():
     p2.dataReceived(b"".join(_v2_ack(f) for f in f2))
     p1.dataReceived(b"".join(_v2_ack(f) for f in f1))
     assert results and results[0]["ok"] == 10
+
+
+def test_real_bookie_samples_out_has_every_add_of_the_last_phase(bookie_addr, tmp_path):
+    import time
+    from array import array
+
+    out = tmp_path / "samples.bin"
+    before = time.perf_counter()
+    doc = _run_bench(bookie_addr, "--latency-count", "0", "--throughput-count", "300", "--rate", "1000",
+                     "--rate-count", "500", "--samples-out", str(out))
+    after = time.perf_counter()
+    samples = array("d")
+    samples.frombytes(out.read_bytes())
+    starts, latencies = samples[0::2], samples[1::2]
+    assert len(latencies) == doc["rate"]["ok"] == 500               # the rate phase only (the last one)
+    assert before < min(starts) <= max(starts) < after               # the same monotonic clock
+    assert round(max(latencies) * 1000.0, 4) == doc["rate"]["max_ms"]

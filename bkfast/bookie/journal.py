@@ -60,6 +60,7 @@ HEADER_SIZE = 512          # V5+: magic, version, zeros up to one sector
 VERSION_HEADER_SIZE = 8    # V2-V4: magic, version
 
 DEFAULT_MAX_RECORD_SIZE = 5 * 1024 * 1024   # nettyMaxFrameSizeBytes' default: no entry is bigger
+SLOW_SYNC_LOG_S = 0.005   # journal batches slower than this are logged at DEBUG (tail-latency diagnosis)
 CACHE_DROP_LAG_BYTES = 8 * 1024 * 1024      # JournalChannel keeps this much behind the sync in cache
 _READ_CHUNK = 4 * 1024 * 1024
 _MiB = 1024 * 1024
@@ -501,7 +502,7 @@ class Journal:
         start = writer.position
         acked_early = False
         observer = self.sync_latency_observer if sync else None
-        t0 = time.perf_counter() if observer is not None else 0.0
+        t0 = time.perf_counter()
         try:
             if sync and early_toks:
                 writer.write(recs, False)
@@ -517,8 +518,13 @@ class Journal:
         self.bytes_written += writer.position - start
         if sync:
             self._synced()
+            elapsed = time.perf_counter() - t0
             if observer is not None:
-                observer(time.perf_counter() - t0)
+                observer(elapsed)
+            if elapsed >= SLOW_SYNC_LOG_S and log.isEnabledFor(logging.DEBUG):
+                log.debug("slow journal batch: %d records, %d bytes, write+fdatasync %.1f ms, done at "
+                          "monotonic %.4f", len(recs), writer.position - start, elapsed * 1e3,
+                          time.perf_counter())
         if early_toks and not acked_early:
             self._deliver(early_toks)
         if late_toks:

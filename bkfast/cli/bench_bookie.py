@@ -89,9 +89,13 @@ def _digest(value: str) -> DigestType:
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a phase may take before its unanswered adds count as failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of one line per phase.")
+@click.option("--samples-out", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write every successful add of the last measured phase as float64 pairs (start time on "
+                   "the CLOCK_MONOTONIC clock, latency), seconds, native byte order (for merged percentiles "
+                   "and lining tails up with bookie events).")
 def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, latency_count,
                  throughput_count, outstanding, rate, rate_count, warmup_count, connections, digest_type,
-                 password, timeout_s, as_json) -> None:
+                 password, timeout_s, as_json, samples_out) -> None:
     """Add entries to one bookie, v2 or v3, and report latency and throughput (like BenchBookie)."""
     try:
         host, port = parse_bookie(bookie_addr)
@@ -108,17 +112,22 @@ def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, 
     from bkfast import loadgen
 
     outcome: dict = {}
+    last_samples: list = []
 
     def on_phase(name, res):
         if not as_json:
             click.echo(format_phase(name, res))
+
+    def on_samples(name, samples):
+        last_samples[:] = [samples]
 
     d = loadgen.run_bench(reactor, host, port, protocol_version=protocol_version, size=size,
                           ledgers=ledgers, first_ledger_id=first_ledger_id, digest_type=int(dt),
                           password=password.encode("utf-8"), connections=connections,
                           outstanding=outstanding, warmup_count=warmup_count,
                           latency_count=latency_count, throughput_count=throughput_count, rate=rate,
-                          rate_count=rate_count or 0, timeout_s=timeout_s, on_phase=on_phase)
+                          rate_count=rate_count or 0, timeout_s=timeout_s, on_phase=on_phase,
+                          on_samples=on_samples if samples_out else None)
 
     def ok(results):
         outcome["results"] = results
@@ -141,6 +150,10 @@ def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, 
         click.echo("interrupted", err=True)
         sys.exit(130)
     results = outcome["results"]
+    if samples_out:
+        with open(samples_out, "wb") as f:
+            if last_samples:
+                last_samples[0].tofile(f)
     errors = sum(r["errors"] for r in results.values())
     if as_json:
         doc = {"bookie": f"{host}:{port}", "protocol": protocol_version, "size": size, "ledgers": ledgers,

@@ -86,7 +86,9 @@ def _free_port(host: str) -> int:
 @click.option("--no-metadata", "no_metadata", is_flag=True, default=False,
               help="Serve without ZooKeeper: no cookie check, no registration (benchmarks, tests). "
                    "Clients must be given this bookie's address directly.")
-def bookie(conf_path, overrides, port, read_only, no_metadata) -> None:
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO",
+              show_default=True, help="Log level (DEBUG adds per-flush timings, slow journal batches, slow GC runs).")
+def bookie(conf_path, overrides, port, read_only, no_metadata, log_level) -> None:
     """Run a bookie: journal replay, then serve v2 and v3 on listeningInterface:bookiePort."""
     values = {}
     for item in overrides:
@@ -105,8 +107,10 @@ def bookie(conf_path, overrides, port, read_only, no_metadata) -> None:
         raise click.ClickException(str(err)) from err
     if read_only:
         conf.set("forceReadOnlyBookie", "true")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+    logging.basicConfig(level=getattr(logging, log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_level == "DEBUG":
+        _log_slow_gc()
     from bkfast.meta import MetadataError
 
     try:
@@ -238,3 +242,26 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
         return exit_code[0]
     log.info("bookie exited cleanly")
     return 0
+
+
+SLOW_GC_LOG_S = 0.005
+
+
+def _log_slow_gc() -> None:
+    """Log cyclic-GC collections slower than SLOW_GC_LOG_S (they hold the GIL: tail-latency diagnosis)."""
+    import gc
+    import time
+
+    started = [0.0]
+    gc_log = logging.getLogger("bkfast.gc")
+
+    def callback(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        elapsed = time.perf_counter() - started[0]
+        if elapsed >= SLOW_GC_LOG_S:
+            gc_log.debug("slow gc: generation %d, %.1f ms, collected %d; done at monotonic %.4f",
+                         info["generation"], elapsed * 1e3, info["collected"], time.perf_counter())
+
+    gc.callbacks.append(callback)
