@@ -26,6 +26,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 import logging
 import time
 
+from bkfast.codec import verify_entry_at
+
 log = logging.getLogger("bkfast.client.write_handle")
 _monotonic = time.monotonic
 

@@ -1,6 +1,39 @@
 # Included by _clientpath.pyx: the read side. ReadBatchCore reads a range of entries; ReadPort ties a
 # (connection, ledger) to the batches reading it.
 
+cdef class LedgerEntry:
+    """One entry of a ledger: ids, the ledger length up to and including it, and its payload."""
+
+    cdef readonly object scope_id
+    cdef readonly int64_t ledger_id
+    cdef readonly int64_t entry_id
+    cdef readonly int64_t length
+    cdef readonly bytes data
+
+    def __init__(self, scope_id, int64_t ledger_id, int64_t entry_id, int64_t length, data):
+        self.scope_id = scope_id
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.length = length
+        self.data = data if type(data) is bytes else bytes(data)
+
+    def __repr__(self):
+        return (f"LedgerEntry(ledger={self.ledger_id}, entry={self.entry_id}, length={self.length}, "
+                f"{len(self.data)} bytes)")
+
+    def __eq__(self, other):
+        if not isinstance(other, LedgerEntry):
+            return NotImplemented
+        cdef LedgerEntry o = other
+        return (self.scope_id == o.scope_id and self.ledger_id == o.ledger_id and self.entry_id == o.entry_id
+                and self.length == o.length and self.data == o.data)
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return LedgerEntry, (self.scope_id, self.ledger_id, self.entry_id, self.length, self.data)
+
+
 cdef class ReadPort:
     """"Reads of a ledger on this channel, by bookie `bookie`, belong to ReadBatchCore `batch`"."""
     cdef public ReadBatchCore batch
@@ -38,7 +71,8 @@ cdef class ReadBatchCore:
     kept in entry order. Fast path: v2 READ frames on ChannelCores where a ReadPort routes the answers
     here. Python callbacks: `resolve(bookie)` -> ChannelCore with this batch's port, or None for the
     general path `slow_send(read, bookie)` (whose outcome comes back through on_result);
-    `verify(data, entry_id)` -> (entry, piggybacked LAC) or raises; `failed(read, error)` when a replica
+    `digest` = (digest type, MAC key, scope id) checks each entry (bkfast.codec.verify_entry_at);
+    `failed(read, error)` when a replica
     failed (error: exception or v2 rc); `finished()` once every entry is in (or the batch failed)."""
 
     cdef public int64_t ledger_id, first, last, next_entry, remaining, max_lac
@@ -51,10 +85,12 @@ cdef class ReadBatchCore:
     cdef public dict write_sets          # segment * E + e % E -> bookies
     cdef public bint fast, closed, v3
     cdef public int64_t scope_field      # v3 ledgerScopeId (two's complement of the scope), 0 if none
-    cdef public object resolve, slow_send, verify, failed, finished, make_frame
+    cdef public object resolve, slow_send, failed, finished, make_frame
+    cdef public int digest_type
+    cdef public object mac_key, scope_id
 
     def __init__(self, int64_t ledger_id, int64_t first, int64_t last, int window, list ensembles,
-                 int ensemble_size, int write_quorum, bint fast, resolve, slow_send, verify, failed, finished,
+                 int ensemble_size, int write_quorum, bint fast, resolve, slow_send, tuple digest, failed, finished,
                  make_frame, bint v3=False, int64_t scope_field=0):
         self.v3 = v3
         self.scope_field = scope_field
@@ -78,7 +114,7 @@ cdef class ReadBatchCore:
         self.closed = False
         self.resolve = resolve
         self.slow_send = slow_send
-        self.verify = verify
+        self.digest_type, self.mac_key, self.scope_id = digest
         self.failed = failed
         self.finished = finished
         self.make_frame = make_frame
@@ -141,11 +177,12 @@ cdef class ReadBatchCore:
         cdef EntryRead r = self.in_flight.get(entry_id)
         if r is None or bookie not in r.outstanding:
             return False
-        self.on_result(bookie, entry_id, frame[RESPONSE_HEADER:] if rc == 0 else None, rc)
+        self.on_result(bookie, entry_id, frame if rc == 0 else None, rc, RESPONSE_HEADER)
         return True
 
-    cpdef on_result(self, bookie, int64_t entry_id, data, error):
-        """A replica's answer: `data` (the stored entry) or `error` (an exception or a v2 rc)."""
+    cpdef on_result(self, bookie, int64_t entry_id, data, error, Py_ssize_t offset=0):
+        """A replica's answer: `data` (the stored entry, from `offset` on) or `error` (an exception or a
+        v2 rc)."""
         cdef EntryRead r = self.in_flight.get(entry_id)
         if r is None or bookie not in r.outstanding:
             return
@@ -160,11 +197,12 @@ cdef class ReadBatchCore:
             self.failed(r, error)
             return
         try:
-            entry, lac = self.verify(data, entry_id)
+            payload, length, lac = verify_entry_at(data, offset, self.digest_type, self.mac_key, self.ledger_id,
+                                                   entry_id, self.scope_id)
         except Exception as exc:
             self.failed(r, exc)
             return
-        self._entry_in(r, entry, lac)
+        self._entry_in(r, LedgerEntry(self.scope_id, self.ledger_id, entry_id, length, payload), lac)
 
     cdef _entry_in(self, EntryRead r, entry, int64_t lac):
         r.done = True

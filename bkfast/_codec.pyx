@@ -381,6 +381,50 @@ def decode_entry(data, int digest_type, mac_key=b"", expected_ledger_id=None, ex
     return e
 
 
+def verify_entry_at(data, Py_ssize_t offset, int digest_type, mac_key, int64_t ledger_id, int64_t entry_id,
+                    scope_id=0):
+    """decode_entry of data[offset:] with every id checked (scope, ledger, entry), as a reader needs it:
+    returns (payload as its own bytes, length, last_add_confirmed), copying the payload once and making
+    no other object (the client's read path; `data` is e.g. a whole v2 READ response frame)."""
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, hlen, dlen
+    cdef uint64_t got_scope
+    cdef int64_t got_ledger, got_entry, lac, length
+    cdef bytes payload
+    check_mac_key(digest_type, mac_key)
+    dlen = digest_length(digest_type)
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or offset > view.len:
+            raise TruncatedEntryError(f"entry offset {offset} is outside a buffer of {view.len} bytes")
+        p = <const uint8_t*>view.buf + offset
+        n = view.len - offset
+        hlen = entry_header_length(p, n, digest_type)
+        if n < hlen + dlen:
+            raise TruncatedEntryError(
+                f"entry of {n} bytes is shorter than its {hlen}-byte header and {dlen}-byte digest")
+        payload = PyBytes_FromStringAndSize(<const char*>p + hlen + dlen, n - hlen - dlen)
+        if not digest_matches(digest_type, mac_key, p, hlen, <const uint8_t*>PyBytes_AS_STRING(payload),
+                              n - hlen - dlen, payload):
+            raise DigestMismatchError(
+                f"digest mismatch for ledger {get_i64(p + hlen - 32)} entry {get_i64(p + hlen - 24)}")
+        got_scope = get_u64(p + 1) if hlen == SCOPED_METADATA_LENGTH else 0
+        got_ledger = get_i64(p + hlen - 32)
+        got_entry = get_i64(p + hlen - 24)
+        lac = get_i64(p + hlen - 16)
+        length = get_i64(p + hlen - 8)
+    finally:
+        PyBuffer_Release(&view)
+    if got_scope != scope_id:
+        raise LedgerIdMismatchError(f"entry belongs to scope {got_scope}, expected scope {scope_id}")
+    if got_ledger != ledger_id:
+        raise LedgerIdMismatchError(f"entry belongs to ledger {got_ledger}, expected ledger {ledger_id}")
+    if got_entry != entry_id:
+        raise EntryIdMismatchError(f"ledger {got_ledger}: got entry {got_entry}, expected entry {entry_id}")
+    return payload, length, lac
+
+
 def peek_entry_ids(data):
     """(format version, scope id, ledger id, entry id) of a stored entry, without verifying anything.
 

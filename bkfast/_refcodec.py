@@ -200,6 +200,14 @@ def decode_entry(data, digest_type, mac_key=b"", expected_ledger_id=None, expect
     return Entry(version, scope_id, ledger_id, entry_id, lac, length, stored, payload)
 
 
+def verify_entry_at(data, offset, digest_type, mac_key, ledger_id, entry_id, scope_id=0):
+    mv = memoryview(data).cast("B")
+    if offset < 0 or offset > len(mv):
+        raise TruncatedEntryError(f"entry offset {offset} is outside a buffer of {len(mv)} bytes")
+    e = decode_entry(mv[offset:], digest_type, mac_key, ledger_id, entry_id, scope_id)
+    return bytes(e.payload), e.length, e.last_add_confirmed
+
+
 def peek_entry_ids(data) -> tuple[int, int, int, int]:
     mv = memoryview(data).cast("B")
     if len(mv) >= 1 and mv[0] & 0x80:

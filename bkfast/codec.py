@@ -44,6 +44,7 @@ CRC32C_HARDWARE = _impl.CRC32C_HARDWARE
 digest_size = _impl.digest_size
 encode_entry = _impl.encode_entry
 decode_entry = _impl.decode_entry
+verify_entry_at = _impl.verify_entry_at
 peek_entry_ids = _impl.peek_entry_ids
 encode_lac = _impl.encode_lac
 decode_lac = _impl.decode_lac

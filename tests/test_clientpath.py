@@ -120,31 +120,42 @@ def test_channel_core_routes_add_answers_to_the_registered_port():
     assert slow == [other_ledger, read]
 
 
+def _stored(ledger_id, entry_id, payload, lac=None, scope_id=0):
+    from bkfast.codec import encode_entry
+    from bkfast.digests import DigestType
+
+    return encode_entry(ledger_id, entry_id, entry_id - 1 if lac is None else lac, 100 + entry_id, payload,
+                        DigestType.CRC32C, b"", scope_id)
+
+
 def test_read_batch_asks_replicas_in_write_set_order_and_orders_results():
+    from bkfast.digests import DigestType
+    from bkfast.errors import DigestMismatchError, EntryIdMismatchError
+
     sent: list[tuple[int, str]] = []
     failures: list = []
     finished: list[bool] = []
-
-    def verify(data, entry_id):
-        if data == b"bad":
-            raise ValueError("digest mismatch")
-        return data.decode(), entry_id - 1
-
     core = ReadBatchCore(5, 0, 2, 10, [(0, ["a", "b", "c"])], 3, 2, False, lambda b: None,
-                         lambda read, bookie: sent.append((read.entry_id, bookie)), verify,
+                         lambda read, bookie: sent.append((read.entry_id, bookie)), (int(DigestType.CRC32C), b"", 0),
                          lambda read, err: failures.append((read.entry_id, err)), lambda: finished.append(True),
                          lambda ledger, entry: b"")
     core.fill()
     assert sent == [(0, "a"), (1, "b"), (2, "c")]
-    core.on_result("b", 2, b"e2", None)          # not asked yet: ignored
-    core.on_result("c", 2, b"e2", None)
-    core.on_result("a", 0, b"bad", None)         # fails verification: reported, not taken
-    assert [e for e, _ in failures] == [0]
+    core.on_result("b", 2, _stored(5, 2, b"e2"), None)      # not asked yet: ignored
+    core.on_result("c", 2, _stored(5, 2, b"e2"), None)
+    corrupt = bytearray(_stored(5, 0, b"e0"))
+    corrupt[-1] ^= 1
+    core.on_result("a", 0, bytes(corrupt), None)            # fails its digest: reported, not taken
+    assert [e for e, _ in failures] == [0] and isinstance(failures[0][1], DigestMismatchError)
     assert core.send_next(core.in_flight[0]) and sent[-1] == (0, "b")
-    core.on_result("b", 0, b"e0", None)
-    core.on_result("b", 1, b"e1", None)
-    assert finished == [True] and core.results == ["e0", "e1", "e2"] and core.max_lac == 1
-
+    core.on_result("b", 0, b"\0" * 24 + _stored(5, 0, b"e0"), None, 24)   # an entry inside a frame
+    core.on_result("b", 1, _stored(5, 7, b"e1"), None)      # the wrong entry id: refused
+    assert isinstance(failures[-1][1], EntryIdMismatchError)
+    core.send_next(core.in_flight[1])
+    core.on_result("c", 1, _stored(5, 1, b"e1"), None)
+    assert finished == [True] and [e.data for e in core.results] == [b"e0", b"e1", b"e2"]
+    assert [(e.entry_id, e.length) for e in core.results] == [(0, 100), (1, 101), (2, 102)]
+    assert core.max_lac == 1
 
 def test_a_raising_add_callback_is_logged_and_later_adds_still_complete(caplog):
     rec = Recorder()
@@ -236,9 +247,12 @@ def test_v3_read_requests_parse_as_protobuf_and_answers_reach_the_batch():
     results: dict[int, tuple] = {}
     core = ChannelCore(lambda: None, lambda: None, lambda f: None, 1 << 20, error_for_v3_status)
     core.connected = True
+    from bkfast.digests import DigestType
+
+    scope = (1 << 64) - 2                                  # ledgerScopeId -2 on the wire
     batch = ReadBatchCore(77, 0, 1, 10, [(0, ["b"])], 1, 1, True, lambda b: core, None,
-                          lambda data, e: (data, e - 1), lambda read, err: results.setdefault(read.entry_id, err),
-                          lambda: None, None, True, -2)
+                          (int(DigestType.CRC32C), b"", scope),
+                          lambda read, err: results.setdefault(read.entry_id, err), lambda: None, None, True, -2)
     core.read_ports[77] = [ReadPort(batch, "b")]
     batch.channels["b"] = core
     batch.fill()
@@ -263,6 +277,7 @@ def test_v3_read_requests_parse_as_protobuf_and_answers_reach_the_batch():
             r.readResponse.body = body
         return r.SerializeToString()
 
-    core.dispatch_v3([answer(requests[1], pb.ENOENTRY), answer(requests[0], pb.EOK, b"entry zero")])
+    stored = _stored(77, 0, b"entry zero", scope_id=scope)
+    core.dispatch_v3([answer(requests[1], pb.ENOENTRY), answer(requests[0], pb.EOK, stored)])
     assert isinstance(results[1], BKNoSuchEntryException)
-    assert batch.results[0] == b"entry zero" and batch.max_lac == -1
+    assert batch.results[0].data == b"entry zero" and batch.results[0].scope_id == scope and batch.max_lac == -1

@@ -202,3 +202,28 @@ def test_header_split_across_chunks_is_still_checked(impl):
     assert splitter.feed(b"\x00\x00") == []
     with pytest.raises(FrameTooLargeError):
         splitter.feed(b"\x01\x00")
+
+
+@pytest.mark.parametrize("digest", list(DigestType))
+@pytest.mark.parametrize("scope", [0, 5, (1 << 64) - 1])
+def test_verify_entry_at_agrees_with_decode_entry(impl, digest, scope):
+    """The read path's verify_entry_at(data, offset, ...) gives decode_entry's payload, length and LAC,
+    and refuses exactly what decode_entry refuses, with the same error types."""
+    mac = mac_key(b"pw") if digest == DigestType.MAC else b""
+    entry = impl.encode_entry(9, 4, 3, 1234, b"payload" * 50, digest, mac, scope)
+    frame = b"x" * 24 + entry
+    assert impl.verify_entry_at(frame, 24, digest, mac, 9, 4, scope) == (b"payload" * 50, 1234, 3)
+    assert impl.verify_entry_at(entry, 0, digest, mac, 9, 4, scope)[0] == b"payload" * 50
+    for ledger_id, entry_id, scope_id in ((8, 4, scope), (9, 5, scope), (9, 4, scope + 1)):
+        with pytest.raises(Exception) as verify_error:
+            impl.verify_entry_at(entry, 0, digest, mac, ledger_id, entry_id, scope_id)
+        with pytest.raises(Exception) as decode_error:
+            impl.decode_entry(entry, digest, mac, ledger_id, entry_id, scope_id)
+        assert type(verify_error.value) is type(decode_error.value)
+    if digest != DigestType.DUMMY:
+        bad = bytearray(frame)
+        bad[-1] ^= 1
+        with pytest.raises(DigestMismatchError):
+            impl.verify_entry_at(bytes(bad), 24, digest, mac, 9, 4, scope)
+    with pytest.raises(TruncatedEntryError):
+        impl.verify_entry_at(frame[:40], 24, digest, mac, 9, 4, scope)

@@ -3,33 +3,10 @@
 from __future__ import annotations
 
 from bkfast import codec
+from bkfast._clientpath import LedgerEntry  # a Cython class: the read path makes one per entry
 from bkfast.digests import DigestType, mac_key, master_key
 
 __all__ = ["LedgerEntry", "DigestContext"]
-
-
-class LedgerEntry:
-    """One entry of a ledger: ids, the ledger length up to and including it, and its payload."""
-
-    __slots__ = ("scope_id", "ledger_id", "entry_id", "length", "data")
-
-    def __init__(self, scope_id: int, ledger_id: int, entry_id: int, length: int, data: bytes):
-        self.scope_id = scope_id
-        self.ledger_id = ledger_id
-        self.entry_id = entry_id
-        self.length = length
-        self.data = data
-
-    def __repr__(self) -> str:
-        return (f"LedgerEntry(ledger={self.ledger_id}, entry={self.entry_id}, length={self.length}, "
-                f"{len(self.data)} bytes)")
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, LedgerEntry) and (
-            (self.scope_id, self.ledger_id, self.entry_id, self.length, self.data)
-            == (other.scope_id, other.ledger_id, other.entry_id, other.length, other.data))
-
-    __hash__ = None
 
 
 class DigestContext:

@@ -68,8 +68,10 @@ class _ReadBatch:
         self.v3 = bool(handle.scope_id) or not client.v2_by_default
         self.core = ReadBatchCore(handle.ledger_id, first, last, window, [tuple(s) for s in md.ensembles],
                                   md.ensemble_size, md.write_quorum_size, True,
-                                  self._resolve, self._slow_send, handle.digest.verify, self._failed,
-                                  self._finished, _plain_read_frame, self.v3, scope_field(handle.scope_id))
+                                  self._resolve, self._slow_send,
+                                  (int(handle.digest.digest_type), handle.digest.mac_key, handle.scope_id),
+                                  self._failed, self._finished, _plain_read_frame, self.v3,
+                                  scope_field(handle.scope_id))
         spec_ms = handle.conf.get("speculativeReadTimeout")
         self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
         self.read_timeout = client.read_timeout
