@@ -19,7 +19,7 @@ from functools import partial
 from twisted.internet import defer, task
 
 from bkfast._clientpath import AddTracker, PendingAdd
-from bkfast.codec import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD, encode_add_request_for_entry
+from bkfast.codec import encode_add_request_for_entry
 from bkfast.errors import (
     BKDuplicateEntryIdException,
     BKError,
@@ -46,7 +46,6 @@ __all__ = ["WriteHandle", "WriteHandleAdv"]
 log = logging.getLogger(__name__)
 
 _ENDS_WRITER = (BKLedgerFencedException, BKUnauthorizedAccessException)
-_RECOVERY_FLAGS = FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY
 ALL_POSITIONS = (1 << 64) - 1
 _V3_ADD_ONLY = pb.Request()        # only its addRequest is ever set (see _make_v3_add)
 
@@ -78,7 +77,6 @@ class WriteHandle(LedgerHandle):
                                 self._slow_send, self._make_v3_add if self._v3 else self._make_frame,
                                 self._position_failed, self._drained, self._v3, self.ledger_id)
         self.last_add_pushed = lac
-        self._frame_flags = _RECOVERY_FLAGS if recovery else 0
         throttle = self.conf.get("throttle")
         self._throttle = AddThrottle(throttle, self.reactor) if throttle > 0 and not recovery else None
         self._changing_ensemble = False
@@ -182,7 +180,8 @@ class WriteHandle(LedgerHandle):
         return d
 
     def _make_frame(self, pending) -> bytes:
-        return encode_add_request_for_entry(self.digest.master_key, pending.entry, self._frame_flags)
+        # (recovery adds, which carry flags, take the general path: see __init__)
+        return encode_add_request_for_entry(self.digest.master_key, pending.entry, 0)
 
     def _make_v3_add(self, pending) -> bytes:
         """The Request's addRequest field, serialized once for the whole write set (each bookie's
@@ -273,9 +272,6 @@ class WriteHandle(LedgerHandle):
         self._failed_bookies.add(bookie)
         if not self._changing_ensemble:
             defer.ensureDeferred(self._change_ensemble())
-
-    def _drain(self) -> None:
-        self._core.drain()
 
     def _fail_handle(self, exc: BaseException) -> None:
         if self._error is None:
