@@ -444,3 +444,16 @@ def v3_status_to_v2(status: int) -> V2Rc:
     if status == V3Status.EOK:
         return V2Rc.EOK
     return _V3_TO_V2[status]
+
+
+def ledger_name(scope_id: int, ledger_id: int) -> str:
+    """How messages name a ledger: "ledger 7", or "ledger 7 (scope 3)" for a scoped one."""
+    return f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
+
+
+def missing_entry_error(ledger_known: bool, scope_id: int, ledger_id: int, entry_id: int) -> BKError:
+    """A storage's answer to a read of an entry it does not have: no such ledger, or no such entry."""
+    if not ledger_known:
+        return BKNoSuchLedgerExistsException(
+            f"No such ledger exists: {ledger_name(scope_id, ledger_id)} is not on this bookie")
+    return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {ledger_name(scope_id, ledger_id)}")

@@ -104,29 +104,37 @@ def test_wrong_password_and_missing_ledger(running):
         lh.close()
 
 
+
+def _write_while_killing(lh, payloads, chunk, outstanding, kill_after, victims):
+    """Write `payloads` (add_entries in chunks, from a thread) and SIGKILL `victims` once `kill_after`
+    entries are acknowledged; returns (acknowledged entry ids, errors the writer raised)."""
+    acked: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer():
+        try:
+            for start in range(0, len(payloads), chunk):
+                acked.extend(lh.add_entries(payloads[start:start + chunk], max_outstanding=outstanding))
+        except BaseException as exc:  # recorded for the caller's assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while len(acked) < kill_after and thread.is_alive():
+        time.sleep(0.01)
+    for victim in victims:
+        victim.kill()
+    thread.join(120)
+    return acked, errors
+
 def test_kill_bookie_while_writing_changes_ensemble(running):
     payload_rng = random.Random(7)
     with _client(running, addEntryTimeoutSec=5) as bk:
         lh = bk.create_ledger(3, 2, 2, digest_type="CRC32C", password=PASSWORD)
         first_ensemble = lh.metadata.ensembles[0][1]
         payloads = [payload_rng.randbytes(512) for _ in range(6000)]
-        acked: list[int] = []
-        errors: list[BaseException] = []
-
-        def writer():
-            try:
-                for start in range(0, len(payloads), 500):
-                    acked.extend(lh.add_entries(payloads[start:start + 500], max_outstanding=200))
-            except BaseException as exc:  # recorded for the assertion below
-                errors.append(exc)
-
-        thread = threading.Thread(target=writer)
-        thread.start()
-        while len(acked) < 1500 and thread.is_alive():
-            time.sleep(0.01)
         victim = running.by_id(first_ensemble[1])
-        victim.kill()
-        thread.join(120)
+        acked, errors = _write_while_killing(lh, payloads, 500, 200, 1500, [victim])
         assert not errors, errors
         assert acked == list(range(len(payloads)))
         md = lh.metadata
@@ -463,24 +471,8 @@ def test_two_bookies_die_at_once_while_writing(running):
         lh = bk.create_ledger(3, 3, 2, digest_type="CRC32C", password=PASSWORD)
         ensemble = lh.metadata.ensembles[0][1]
         payloads = [b"two-%d" % i for i in range(4000)]
-        acked: list[int] = []
-        errors: list[BaseException] = []
-
-        def writer():
-            try:
-                for start in range(0, len(payloads), 400):
-                    acked.extend(lh.add_entries(payloads[start:start + 400], max_outstanding=100))
-            except BaseException as exc:  # recorded for the assertion below
-                errors.append(exc)
-
-        thread = threading.Thread(target=writer)
-        thread.start()
-        while len(acked) < 800 and thread.is_alive():
-            time.sleep(0.01)
         victims = [running.by_id(ensemble[0]), running.by_id(ensemble[2])]
-        for victim in victims:
-            victim.kill()
-        thread.join(120)
+        acked, errors = _write_while_killing(lh, payloads, 400, 100, 800, victims)
         assert not errors, errors
         assert acked == list(range(len(payloads)))
         last = lh.metadata.ensembles[-1][1]

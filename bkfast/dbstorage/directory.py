@@ -39,9 +39,10 @@ from bkfast.dbstorage.read_cache import ReadCache
 from bkfast.dbstorage.write_cache import ENTRY_OVERHEAD, WriteCache
 from bkfast.errors import (
     BKIllegalOpException,
-    BKNoSuchEntryException,
     BKNoSuchLedgerExistsException,
     StorageCorruptionError,
+    ledger_name,
+    missing_entry_error,
 )
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
@@ -63,10 +64,6 @@ FLUSH_SLICE_BYTES = 1 << 20
 FLUSH_PACE_LEAD = 0.25
 FLUSH_PACE_MIN_BYTES_PER_S = 16 << 20
 FLUSH_PACE_SLEEP_S = 0.002
-
-
-def _ledger_name(scope_id: int, ledger_id: int) -> str:
-    return f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
 
 
 class SingleDirectoryDbLedgerStorage:
@@ -118,7 +115,7 @@ class SingleDirectoryDbLedgerStorage:
     def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
         data = self._ledgers.get(scope_id, ledger_id)
         if data is None:
-            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {_ledger_name(scope_id, ledger_id)}")
+            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {ledger_name(scope_id, ledger_id)}")
         return data.fenced
 
     def set_explicit_lac(self, ledger_id: int, lac_buffer: bytes, scope_id: int = 0) -> None:
@@ -127,7 +124,7 @@ class SingleDirectoryDbLedgerStorage:
     def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
         data = self._ledgers.get(scope_id, ledger_id)
         if data is None:
-            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {_ledger_name(scope_id, ledger_id)}")
+            raise BKNoSuchLedgerExistsException(f"No such ledger exists: {ledger_name(scope_id, ledger_id)}")
         return data.explicitLac if data.HasField("explicitLac") else None
 
     def list_ledgers(self, scope_id: int = 0) -> list[int]:
@@ -150,11 +147,8 @@ class SingleDirectoryDbLedgerStorage:
         data = entry_bytes if type(entry_bytes) is bytes else bytes(entry_bytes)
         self._write_cache.put(ledger_id if not scope_id else (scope_id << 64) | ledger_id, entry_id, data)
 
-    def _missing(self, scope_id: int, ledger_id: int, entry_id: int):
-        if not self._ledgers.exists(scope_id, ledger_id):
-            return BKNoSuchLedgerExistsException(
-                f"No such ledger exists: {_ledger_name(scope_id, ledger_id)} is not on this bookie")
-        return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {_ledger_name(scope_id, ledger_id)}")
+    def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
+        return missing_entry_error(self._ledgers.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
 
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         if entry_id < 0:
@@ -193,7 +187,7 @@ class SingleDirectoryDbLedgerStorage:
         try:
             run = self._entry_logger.read_run(scope_id, ledger_id, next_location, self._read_ahead_count, budget)
         except Exception as e:  # read-ahead is an optimisation: the entry asked for is already read
-            log.debug("read-ahead after %s failed: %s", _ledger_name(scope_id, ledger_id), e)
+            log.debug("read-ahead after %s failed: %s", ledger_name(scope_id, ledger_id), e)
             return
         if run:
             self._read_cache.put_run(key, run)

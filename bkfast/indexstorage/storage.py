@@ -30,9 +30,8 @@ from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import (
     BKIllegalOpException,
-    BKNoSuchEntryException,
-    BKNoSuchLedgerExistsException,
     StorageCorruptionError,
+    missing_entry_error,
 )
 from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
 from bkfast.indexstorage.memtable import Memtable
@@ -42,10 +41,6 @@ __all__ = ["IndexedLedgerStorage"]
 log = logging.getLogger(__name__)
 
 _LONG = struct.Struct(">q")
-
-
-def _ledger_name(scope_id: int, ledger_id: int) -> str:
-    return f"ledger {ledger_id}" + (f" (scope {scope_id})" if scope_id else "")
 
 
 class IndexedLedgerStorage:
@@ -135,10 +130,7 @@ class IndexedLedgerStorage:
         return scope_id, ledger_id, entry_id
 
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
-        if not self._cache.exists(scope_id, ledger_id):
-            return BKNoSuchLedgerExistsException(
-                f"No such ledger exists: {_ledger_name(scope_id, ledger_id)} is not on this bookie")
-        return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {_ledger_name(scope_id, ledger_id)}")
+        return missing_entry_error(self._cache.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
 
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         """The stored entry; entry_id -1 reads the last one. BKNoSuchLedgerExists / BKNoSuchEntry."""
