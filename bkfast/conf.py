@@ -145,6 +145,8 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("journalWriteBufferSizeKB", int, 64, "Journal write buffer, KB", min=1),
     Key("journalQueueSize", int, 10000, "Capacity of the journal's request queue", min=1),
     Key("journalRemoveFromPageCache", bool, True, "Drop journal pages from the page cache after sync"),
+    Key("journalDirectWrites", bool, False, "bkfast: write journal batches with O_DIRECT (buffered where "
+        "the file system refuses it)"),
     Key("numJournalCallbackThreads", int, 1, "Threads completing journal callbacks", min=0),
     Key("journalWriteData", bool, True, "Write entry data to the journal (false: only ledger storage)"),
     Key("skipInvalidJournalRecord", bool, False, "On replay, skip malformed journal records, not fail"),
@@ -154,6 +156,8 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("entryLogFilePreallocationEnabled", bool, True, "Create the next entry log ahead of time"),
     Key("readBufferSizeBytes", int, 512, "Entry log read buffer, bytes", min=1),
     Key("writeBufferSizeBytes", int, 65536, "Entry log write buffer, bytes", min=1),
+    Key("entryLogDirectWrites", bool, False, "bkfast: write entry logs with O_DIRECT (buffered where the "
+        "file system refuses it)"),
     Key("flushEntrylogBytes", int, 0, "Flush an entry log every this many bytes; 0 = only at checkpoints",
         min=0),
     Key("entryLogPerLedgerEnabled", bool, False, "One active entry log per ledger"),
@@ -618,6 +622,7 @@ class ServerConfiguration(Configuration):
     journal_write_buffer_size_kb = _Setting("journalWriteBufferSizeKB")
     journal_queue_size = _Setting("journalQueueSize")
     journal_remove_from_page_cache = _Setting("journalRemoveFromPageCache")
+    journal_direct_writes = _Setting("journalDirectWrites")
     num_journal_callback_threads = _Setting("numJournalCallbackThreads")
     journal_write_data = _Setting("journalWriteData")
     skip_invalid_journal_record = _Setting("skipInvalidJournalRecord")
@@ -627,6 +632,7 @@ class ServerConfiguration(Configuration):
     read_buffer_size_bytes = _Setting("readBufferSizeBytes")
     write_buffer_size_bytes = _Setting("writeBufferSizeBytes")
     flush_entrylog_bytes = _Setting("flushEntrylogBytes")
+    entry_log_direct_writes = _Setting("entryLogDirectWrites")
     entry_log_per_ledger_enabled = _Setting("entryLogPerLedgerEnabled")
     # Ledger storage
     ledger_storage_class = _Setting("ledgerStorageClass")
