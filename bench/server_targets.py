@@ -1,6 +1,7 @@
 """Issue 4's bookie benchmark targets, each run N times against a fresh `bkfast bookie`; medians.
 
     .venv/bin/python bench/server_targets.py [--runs 3] [--cases 1k,16k,rate,lat,latq] [--dir /tmp/x]
+        [--conf KEY=VALUE ...]
 
 Cases: 1k (200,000 x 1 KiB, 10,000 outstanding), 16k (same shape, 16 KiB), 16k-nosync (diagnostic:
 journalSyncData=false), rate (open loop 50,000/s 1 KiB), lat (one at a time), latq (one at a time,
@@ -58,10 +59,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_case(name: str, base: Path) -> dict:
+def run_case(name: str, base: Path, conf_overrides: dict | None = None) -> dict:
     bench_args, bookie_args, phase = CASES[name]
     data_dir = Path(tempfile.mkdtemp(prefix=f"bkfast-targets-{name}-", dir=base))
-    bookie = LocalBookie(data_dir, 0, extra_conf=dict(DEFAULT_BOOKIE_CONF), extra_args=list(bookie_args)).start()
+    conf = {**DEFAULT_BOOKIE_CONF, **(conf_overrides or {})}
+    bookie = LocalBookie(data_dir, 0, extra_conf=conf, extra_args=list(bookie_args)).start()
     proc, port = bookie.proc, bookie.port
     try:
         cpu0 = cpu_seconds(proc.pid)
@@ -97,14 +99,17 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cases", default="1k,16k,rate,lat,latq", help=f"comma-separated, of {sorted(CASES)}")
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="bookie configuration override (repeatable), e.g. journalDirectWrites=false")
     args = ap.parse_args()
+    overrides = dict(kv.split("=", 1) for kv in args.conf)
     base = Path(args.dir)
     summary = {}
     for name in args.cases.split(","):
         runs = []
         for _ in range(args.runs):
             load = open("/proc/loadavg").read().split()[0]
-            r = run_case(name, base)
+            r = run_case(name, base, overrides)
             r["load_before"] = float(load)
             print(json.dumps(r), flush=True)
             runs.append(r)

@@ -20,11 +20,15 @@ from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.errno cimport errno, EINTR, EIO
 from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport posix_fadvise, POSIX_FADV_DONTNEED
 from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pwrite, fdatasync
+
+cdef extern from "stdlib.h" nogil:
+    int posix_memalign(void **memptr, size_t alignment, size_t size)
 
 import enum
 import os
@@ -43,6 +47,10 @@ cdef enum:
     ST_NEED_MORE = 0
     ST_END = 1
     ST_INVALID = 2
+    # Direct (O_DIRECT) writes: buffers aligned to a page, which satisfies every device's memory
+    # alignment; a batch goes out in pieces of at most DIRECT_CHUNK bytes (a multiple of the page).
+    DIRECT_MEM_ALIGN = 4096
+    DIRECT_CHUNK = 4 * 1024 * 1024
     C_FENCE_KEY = -0x2000
     C_SCOPED_META = 0x80
 
@@ -158,7 +166,11 @@ cdef class JournalWriter:
     cdef readonly uint64_t records_written
     cdef readonly uint64_t bytes_written
     cdef readonly uint64_t prealloc_calls
+    cdef readonly bint direct
     cdef uint8_t *zeros
+    cdef uint8_t *dstage         # direct mode: the aligned buffer a batch is copied into
+    cdef Py_ssize_t dfill
+    cdef int64_t doff
     cdef uint8_t *stage
     cdef Py_ssize_t stage_cap
     cdef const uint8_t **ptrs
@@ -186,13 +198,13 @@ cdef class JournalWriter:
         self.drop_cache_lag = drop_cache_lag
         self.copy_below = copy_below
         self.dropped_to = 0
-        self.zeros = <uint8_t*>PyMem_Malloc(alignment)
-        if self.zeros == NULL:
+        if posix_memalign(<void**>&self.zeros, DIRECT_MEM_ALIGN, <size_t>alignment) != 0:
             raise MemoryError()
         memset(self.zeros, 0, alignment)
 
     def __dealloc__(self):
-        PyMem_Free(self.zeros)
+        free(self.zeros)
+        free(self.dstage)
         PyMem_Free(self.stage)
         PyMem_Free(self.ptrs)
         PyMem_Free(self.lens)
@@ -254,7 +266,7 @@ cdef class JournalWriter:
             return errno
         self.synced_position = self.position
         self.sync_calls += 1
-        if self.drop_cache_lag >= 0:
+        if self.drop_cache_lag >= 0 and not self.direct:
             # Journal pages are never read again while the bookie runs; dropping them (behind a lag
             # that keeps the pages still being appended to) leaves the page cache to ledger storage.
             upto = ((self.position - self.drop_cache_lag) // 4096) * 4096
@@ -263,6 +275,85 @@ cdef class JournalWriter:
                               POSIX_FADV_DONTNEED)
                 self.dropped_to = upto
         return 0
+
+    def set_direct(self, bint on):
+        """Lay batches out for an fd opened (or fcntl'ed) with O_DIRECT, or back to buffered writes.
+
+        Direct mode copies every batch into one page-aligned buffer and writes it in aligned pieces: the
+        kernel then DMAs from it instead of copying into the page cache (which cost ~40% of a bookie's
+        CPU with 16 KiB entries). It needs the padding record (every batch ends on `alignment`) and an
+        aligned position; the caller must have checked that the device takes `alignment`-sized writes.
+        """
+        if on:
+            if not self.padding:
+                raise ValueError("direct writes need the V5+ padding record (batches must end aligned)")
+            if self.position % self.alignment:
+                raise ValueError(f"direct writes need an aligned position, not {self.position}")
+            if self.dstage == NULL and posix_memalign(<void**>&self.dstage, DIRECT_MEM_ALIGN, DIRECT_CHUNK) != 0:
+                self.dstage = NULL
+                raise MemoryError()
+        self.direct = on
+
+    cdef int dput(self, const uint8_t *p, Py_ssize_t n) noexcept nogil:
+        """Append `n` bytes (zeros if `p` is NULL) to the direct stage, writing it out each time it fills."""
+        cdef Py_ssize_t take
+        cdef int err
+        while n > 0:
+            take = DIRECT_CHUNK - self.dfill
+            if take > n:
+                take = n
+            if p != NULL:
+                memcpy(self.dstage + self.dfill, p, take)
+                p += take
+            else:
+                memset(self.dstage + self.dfill, 0, take)
+            self.dfill += take
+            n -= take
+            if self.dfill == DIRECT_CHUNK:
+                err = self.dflush()
+                if err:
+                    return err
+        return 0
+
+    cdef int dflush(self) noexcept nogil:
+        cdef iovec one
+        cdef int err
+        if self.dfill == 0:
+            return 0
+        one.iov_base = self.dstage
+        one.iov_len = <size_t>self.dfill
+        err = write_all(self.fd, &one, 1, self.doff)
+        if err == 0:
+            self.doff += self.dfill
+            self.dfill = 0
+        return err
+
+    cdef int write_direct(self, Py_ssize_t n, int64_t start, int64_t pad) noexcept nogil:
+        """The batch (records of ptrs/lens, then `pad` bytes of padding record) through the direct stage."""
+        cdef uint8_t head[PADDING_HEADER]
+        cdef Py_ssize_t i, ln
+        cdef int err = 0
+        self.dfill = 0
+        self.doff = start
+        for i in range(n):
+            ln = self.lens[i]
+            if ln < 0:
+                continue
+            put_u32(head, <uint32_t>ln)
+            err = self.dput(head, 4)
+            if err == 0:
+                err = self.dput(self.ptrs[i], ln)
+            if err:
+                return err
+        if pad:
+            put_u32(head, <uint32_t>PADDING_MASK_INT)
+            put_u32(head + 4, <uint32_t>(pad - PADDING_HEADER))
+            err = self.dput(head, PADDING_HEADER)
+            if err == 0:
+                err = self.dput(NULL, pad - PADDING_HEADER)
+            if err:
+                return err
+        return self.dflush()
 
     def ensure_preallocated(self, int64_t nbytes=1):
         """Extend the file (zero block) so that `nbytes` past `position` lie inside it."""
@@ -316,11 +407,14 @@ cdef class JournalWriter:
                 pad = padding_bytes(start + total, self.alignment)
             stage_need += pad
             end = start + total + pad
-            self.reserve(0, 0, stage_need if stage_need > 0 else 1, 2 * nbig + 2)
+            if not self.direct:
+                self.reserve(0, 0, stage_need if stage_need > 0 else 1, 2 * nbig + 2)
             st = self.stage
             with nogil:
                 err = self.prealloc_nogil(end)
-                if err == 0:
+                if err == 0 and self.direct:
+                    err = self.write_direct(n, start, pad)
+                elif err == 0:
                     # Lay the batch out: headers and small records go to the staging buffer, big
                     # records get their own iovec, so one pwritev (usually one pwrite) covers it all.
                     for i in range(n):

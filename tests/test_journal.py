@@ -98,8 +98,20 @@ def spec_read(data: bytes) -> SpecParsed:
 # --- helpers ----------------------------------------------------------------------------------------
 
 
+_WRITE_MODE = {"journalDirectWrites": False}
+
+
+@pytest.fixture(autouse=True, params=["buffered", "direct"])
+def write_mode(request):
+    """Every test runs with buffered and with O_DIRECT journal writes: the bytes must not differ."""
+    _WRITE_MODE["journalDirectWrites"] = request.param == "direct"
+    yield request.param
+    _WRITE_MODE["journalDirectWrites"] = False
+
+
 def make_conf(**overrides) -> ServerConfiguration:
-    base = {"journalPreAllocSizeMB": 1, "journalMaxGroupWaitMSec": 0}   # 0: one batch per idle wake
+    base = {"journalPreAllocSizeMB": 1, "journalMaxGroupWaitMSec": 0,   # 0: one batch per idle wake
+            **_WRITE_MODE}
     base.update(overrides)
     return ServerConfiguration(base)
 
@@ -183,6 +195,22 @@ def test_file_is_byte_for_byte_the_spec_layout(tmp_path):
     assert sink.calls == [[i] for i in range(len(records))]
     assert j.sync_count == j.batch_count == len(records)
     assert j.last_log_mark == (journal_id, pos)
+
+
+def test_direct_mode_is_used_where_asked_and_a_batch_bigger_than_its_stage_is_whole(tmp_path, write_mode):
+    # 5 MiB of records in one batch crosses the 4 MiB direct stage: it goes out in two pieces.
+    j, sink = open_journal(tmp_path, journalMaxGroupWaitMSec=60_000, journalBufferedEntriesThreshold=49)
+    assert j._writer.direct == (write_mode == "direct")
+    records = [rec(i, 100 * 1024 + i) for i in range(50)]
+    for i, r in enumerate(records):
+        j.log_record(r, i)
+    sink.wait_for(len(records))
+    journal_id = j.current_journal_id
+    assert j.sync_count == 1
+    j.stop()
+    data = journal_bytes(tmp_path, journal_id)
+    batch = spec_batch(512, records)
+    assert data[:512 + len(batch)] == spec_header(6) + batch and not any(data[512 + len(batch):])
 
 
 def test_multi_record_batches_pad_once_at_each_batch_end(tmp_path):

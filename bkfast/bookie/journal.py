@@ -27,6 +27,8 @@ are refused. Retrying is unsafe: after a failed fdatasync Linux may drop the dir
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import struct
@@ -71,6 +73,29 @@ _INT = struct.Struct(">i")
 
 
 # --- meta records (parse_record is in bkfast._journal: it runs once per record on replay) ----------------
+
+
+def _enable_direct(fd: int, writer, journal_dir: str) -> bool:
+    """Switch a new journal file to O_DIRECT writes; False (and buffered) if its file system refuses.
+
+    The probe is a real aligned write (the pre-allocation block, rewritten by the caller), because a
+    file system may accept the O_DIRECT flag and still refuse writes of `journalAlignmentSize` bytes
+    (a 4 KiB-sector device with 512-byte alignment).
+    """
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+        writer.set_direct(True)
+        writer.ensure_preallocated()
+        return True
+    except OSError as err:
+        if err.errno != errno.EINVAL:
+            raise
+        writer.set_direct(False)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        log.info("journal %s: the file system refuses O_DIRECT writes of %d bytes (%s); writing through "
+                 "the page cache", journal_dir, writer.alignment, err)
+        return False
 
 
 def _meta_prefix(ledger_id: int, meta_entry_id: int, scope_id: int) -> bytes:
@@ -261,6 +286,8 @@ class Journal:
         self._sync_data = conf.journal_sync_data
         self._page_flush_interval = conf.journal_page_cache_flush_interval_ms / 1000.0
         self._drop_cache_lag = CACHE_DROP_LAG_BYTES if conf.journal_remove_from_page_cache else -1
+        # Direct writes need every batch to end aligned: only the V5+ formats pad.
+        self._direct = conf.journal_direct_writes and self._version >= V5
 
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)     # the journal thread waits here
@@ -567,6 +594,8 @@ class Journal:
                 raise OSError(f"short write of the header of {path}")
             writer = _journal.JournalWriter(fd, len(header), self._align, self._prealloc_step,
                                             padding=self._version >= V5, drop_cache_lag=self._drop_cache_lag)
+            if self._direct:
+                self._direct = _enable_direct(fd, writer, self.journal_dir)
             writer.ensure_preallocated()   # JournalChannel pre-allocates the first step on creation
             os.fsync(fd)                   # header and size durable before any record counts on them
             fsync_dir(self.current_dir)   # and the name: fdatasync of the file does not cover it
@@ -574,7 +603,8 @@ class Journal:
             os.close(fd)
             raise
         self._fd, self._writer, self._journal_id = fd, writer, journal_id
-        log.info("opened journal %s (format V%d)", path, self._version)
+        log.info("opened journal %s (format V%d, %s writes)", path, self._version,
+                 "O_DIRECT" if self._direct else "buffered")
 
     def _close_file(self, sync: bool) -> None:
         writer = self._writer
