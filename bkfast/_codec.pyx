@@ -17,7 +17,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memmove
 
 from bkfast.errors import (
     DigestMismatchError,
@@ -859,12 +859,16 @@ cdef class FrameBuilder:
     """Appends complete frames (length prefix included) to one growable buffer.
 
     The server writes all responses of a journal group commit for one connection with a single
-    transport.write(builder.take()).
+    transport.write(builder.take()). A sender can also use it as its send buffer, with no copy out:
+    `pending()` is a view of the bytes not yet consumed, `consume(n)` drops the first n of them (after a
+    partial socket send), and the space is reused, so a steady sender allocates nothing.
     """
 
     cdef uint8_t *buf
+    cdef Py_ssize_t start        # bytes before this were consumed
     cdef Py_ssize_t length
     cdef Py_ssize_t capacity
+    cdef Py_ssize_t exports      # live buffer views: the buffer must not move while one exists
     cdef readonly Py_ssize_t frame_count
 
     def __cinit__(self, Py_ssize_t initial_capacity=4096):
@@ -880,11 +884,20 @@ cdef class FrameBuilder:
             PyMem_Free(self.buf)
 
     cdef int reserve(self, Py_ssize_t extra) except -1:
-        cdef Py_ssize_t want = self.length + extra
+        cdef Py_ssize_t want
         cdef Py_ssize_t cap = self.capacity
         cdef uint8_t *nb
+        if self.start and self.length + extra > cap:
+            if self.exports:
+                raise BufferError("FrameBuilder: a pending() view is still alive")
+            memmove(self.buf, self.buf + self.start, self.length - self.start)
+            self.length -= self.start
+            self.start = 0
+        want = self.length + extra
         if want <= cap:
             return 0
+        if self.exports:
+            raise BufferError("FrameBuilder: a pending() view is still alive")
         while cap < want:
             cap *= 2
         nb = <uint8_t*>PyMem_Realloc(self.buf, cap)
@@ -895,7 +908,68 @@ cdef class FrameBuilder:
         return 0
 
     def __len__(self):
-        return self.length
+        return self.length - self.start
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        view.buf = self.buf + self.start
+        view.obj = self
+        view.len = self.length - self.start
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        view.shape = &view.len
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self.exports -= 1
+
+    def pending(self):
+        """A read-only view of the bytes not consumed yet; release it before appending more."""
+        return memoryview(self)
+
+    def consume(self, Py_ssize_t n):
+        """Drop the first `n` pending bytes (they were sent)."""
+        if n < 0 or n > self.length - self.start:
+            raise ValueError(f"cannot consume {n} of {self.length - self.start} pending bytes")
+        self.start += n
+        if self.start == self.length and not self.exports:
+            self.start = self.length = 0
+            self.frame_count = 0
+
+    cpdef add_add_request(self, master_key, int64_t ledger_id, int64_t entry_id, int64_t last_add_confirmed,
+                          int64_t length, payload, int digest_type, mac_key=b"", int flags=0,
+                          int version=CURRENT_PROTOCOL_VERSION):
+        """Append the frame encode_add_request would return, built in place (no per-frame object)."""
+        cdef Py_buffer view
+        cdef int dlen = digest_length(digest_type)
+        cdef Py_ssize_t total
+        cdef uint8_t *p
+        cdef uint8_t *e
+        master_key = _master_key_bytes(master_key)
+        check_mac_key(digest_type, mac_key)
+        if ledger_id < 0:
+            raise ValueError(f"ledger id {ledger_id} is negative")
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            total = 8 + MASTER_KEY_LENGTH + METADATA_LENGTH + dlen + view.len
+            self.reserve(total)
+            p = self.buf + self.length
+            put_u32(p, <uint32_t>(total - 4))
+            put_u32(p + 4, packet_header(version, OP_ADD, flags))
+            memcpy(p + 8, <const char*>master_key, MASTER_KEY_LENGTH)
+            e = p + 8 + MASTER_KEY_LENGTH
+            write_entry_header(e, 0, digest_type, ledger_id, entry_id, last_add_confirmed, length)
+            if view.len:
+                memcpy(e + METADATA_LENGTH + dlen, view.buf, view.len)
+            write_digest(digest_type, mac_key, e, METADATA_LENGTH, <const uint8_t*>view.buf, view.len, payload)
+            self.length += total
+        finally:
+            PyBuffer_Release(&view)
+        self.frame_count += 1
 
     cpdef add_add_response(self, int rc, int64_t ledger_id, int64_t entry_id,
                            int version=CURRENT_PROTOCOL_VERSION):
@@ -955,9 +1029,11 @@ cdef class FrameBuilder:
         self.frame_count += 1
 
     cpdef bytes take(self):
-        """Everything appended so far, as one bytes object; the builder is empty afterwards."""
-        cdef bytes out = PyBytes_FromStringAndSize(<const char*>self.buf, self.length)
-        self.length = 0
+        """Everything appended (and not consumed) so far, as one bytes object; the builder is empty afterwards."""
+        if self.exports:
+            raise BufferError("FrameBuilder: a pending() view is still alive")
+        cdef bytes out = PyBytes_FromStringAndSize(<const char*>self.buf + self.start, self.length - self.start)
+        self.start = self.length = 0
         self.frame_count = 0
         return out
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bkfast.errors import (
     DigestMismatchError,
@@ -426,18 +426,23 @@ def decode_response(frame) -> V2Response:
     return r
 
 
-@dataclass
 class FrameBuilder:
-    """Collects complete frames and hands them out as one bytes object."""
+    """Collects complete frames in one buffer: handed out whole (`take`) or sent in pieces (`pending`,
+    `consume`)."""
 
-    _parts: list = field(default_factory=list)
-    frame_count: int = 0
+    def __init__(self, initial_capacity: int = 4096):
+        self._buf = bytearray()
+        self._start = 0
+        self.frame_count = 0
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self._parts)
+        return len(self._buf) - self._start
 
     def _append(self, frame: bytes) -> None:
-        self._parts.append(frame)
+        if self._start and len(self._buf) == self._start:
+            del self._buf[:]        # raises BufferError while a pending() view is alive, as _codec's does
+            self._start = 0
+        self._buf += frame
         self.frame_count += 1
 
     def add_add_response(self, rc, ledger_id, entry_id, version=CURRENT_PROTOCOL_VERSION):
@@ -453,9 +458,25 @@ class FrameBuilder:
     def add_frame(self, body):
         self._append(_U32.pack(len(body)) + bytes(body))
 
+    def add_add_request(self, master_key, ledger_id, entry_id, last_add_confirmed, length, payload, digest_type,
+                        mac_key=b"", flags=0, version=CURRENT_PROTOCOL_VERSION):
+        self._append(encode_add_request(master_key, ledger_id, entry_id, last_add_confirmed, length, payload,
+                                        digest_type, mac_key, flags, version))
+
+    def pending(self) -> memoryview:
+        return memoryview(self._buf)[self._start:].toreadonly()
+
+    def consume(self, n: int) -> None:
+        if n < 0 or n > len(self):
+            raise ValueError(f"cannot consume {n} of {len(self)} pending bytes")
+        self._start += n
+        if self._start == len(self._buf):
+            self.frame_count = 0
+
     def take(self) -> bytes:
-        out = b"".join(self._parts)
-        self._parts.clear()
+        out = bytes(self._buf[self._start:])
+        del self._buf[:]
+        self._start = 0
         self.frame_count = 0
         return out
 

@@ -102,8 +102,10 @@ def test_v2_add_frame_matches_java(digest):
     w = loadgen.Writer("v2", f["ledgerId"], 1, 0, DigestType.parse(f["digestType"]),
                        f["password_utf8"].encode(), payload=bytes.fromhex(f["payload"]))
     assert w.master_key.hex() == f["masterKey"]
-    frame = w.v2_frame(f["ledgerId"], f["entryId"], f["lastAddConfirmed"], f["length"], f["flags"])
-    assert frame.hex() == item["hex"]
+    out = codec.FrameBuilder()        # the load generator's send buffer, built in place
+    out.add_add_request(w.master_key, f["ledgerId"], f["entryId"], f["lastAddConfirmed"], f["length"], w.payload,
+                        w.digest_type, w.mac_key, f["flags"])
+    assert out.take().hex() == item["hex"]
 
 
 @pytest.mark.parametrize("digest", DIGESTS)
@@ -112,19 +114,26 @@ def test_v3_add_frame_matches_java(digest):
     f = item["fields"]
     w = loadgen.Writer("v3", f["ledgerId"], 1, 0, DigestType.parse(f["digestType"]),
                        f["password_utf8"].encode(), payload=bytes.fromhex(f["payload"]))
-    frame = w.v3_frame(f["txnId"], f["ledgerId"], f["entryId"], f["lastAddConfirmed"], f["length"])
-    assert frame.hex() == item["hex"]
+    body = w.v3_body(f["txnId"], f["ledgerId"], f["entryId"], f["lastAddConfirmed"], f["length"])
+    out = codec.FrameBuilder()
+    out.add_frame(body)
+    assert out.take().hex() == item["hex"]
     # reusing the Request object for the next add must not leak fields of the previous one
-    again = w.v3_frame(f["txnId"], f["ledgerId"], f["entryId"], f["lastAddConfirmed"], f["length"])
-    assert again == frame
+    again = w.v3_body(f["txnId"], f["ledgerId"], f["entryId"], f["lastAddConfirmed"], f["length"])
+    assert again == body
 
 
 def test_writer_sequence_round_robin():
     w = loadgen.Writer("v2", 1000, 3, 10, DigestType.CRC32C)
-    keys = [w.next()[0] for _ in range(7)]
+    out = codec.FrameBuilder()
+    keys = [w.append_next(out) for _ in range(7)]
     assert keys == [(1000, 0), (1001, 0), (1002, 0), (1000, 1), (1001, 1), (1002, 1), (1000, 2)]
+    assert out.frame_count == 7
+    frames = codec.FrameSplitter().feed(out.take())
+    assert [(r.ledger_id, r.entry_id) for r in map(codec.decode_request, frames)] == keys
     w3 = loadgen.Writer("v3", 5, 2, 10, DigestType.CRC32C)
-    txn, frame = w3.next()
+    txn = w3.append_next(out)
+    frame = out.take()
     req = Request.FromString(frame[4:])
     assert txn == 1 and req.header.txnId == 1 and req.header.version == ProtocolVersion.VERSION_THREE
     assert req.header.operation == OperationType.ADD_ENTRY
@@ -134,9 +143,56 @@ def test_writer_sequence_round_robin():
 
 
 # --- the connection Protocol over a StringTransport -----------------------------------------------
-def _conn(v3: bool):
+class SocketStringTransport(StringTransport):
+    """A StringTransport whose handle is one end of a real socketpair: the protocol sends on it (as it
+    does on a TCP transport's socket) and `value()` is what arrived at the other end."""
+
+    def __init__(self, sndbuf: int | None = None):
+        super().__init__()
+        self.sock, self.peer = socket.socketpair()
+        if sndbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+            self.peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sndbuf)
+        self.sock.setblocking(False)
+        self.peer.setblocking(False)
+        self.write_requests = 0
+
+    def getHandle(self):
+        return self.sock
+
+    def startWriting(self):
+        self.write_requests += 1
+
+    def value(self):
+        while True:
+            try:
+                chunk = self.peer.recv(1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self.io.write(chunk)
+        return super().value()
+
+    def close_sockets(self):
+        self.sock.close()
+        self.peer.close()
+
+
+_TRANSPORTS: list[SocketStringTransport] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_socketpairs():
+    yield
+    while _TRANSPORTS:
+        _TRANSPORTS.pop().close_sockets()
+
+
+def _conn(v3: bool, sndbuf: int | None = None):
     proto = loadgen.BenchProtocol(v3)
-    tr = StringTransport()
+    tr = SocketStringTransport(sndbuf)
+    _TRANSPORTS.append(tr)
     proto.makeConnection(tr)
     return proto, tr
 
@@ -192,6 +248,35 @@ def test_v2_closed_loop_one_write_per_batch_and_errors():
     assert res["adds"] == 7 and res["ok"] == 6 and res["errors"] == 1 and res["error_codes"] == {"104": 1}
     assert res["p50_ms"] is not None and res["p50_ms"] >= 0
     assert proto.phase is None and not proto.pending
+
+
+def test_a_send_the_socket_does_not_take_waits_for_writable_and_keeps_the_order():
+    # A 64 KiB socket buffer takes a fraction of 200 x 16 KiB adds: the rest stays in the connection's
+    # send buffer until Twisted reports the socket writable (resumeProducing of its pull producer).
+    proto, tr = _conn(False, sndbuf=64 * 1024)
+    assert tr.producer is proto and not tr.streaming
+    w = loadgen.Writer("v2", 9, 1, 16384, DigestType.CRC32C)
+    phase = loadgen.Phase("throughput", w, [proto], total=200, window=200)
+    phase.start()
+    assert len(proto.out) > 0 and tr.write_requests == 1
+    received, rounds = b"", 0
+    while len(proto.out) or rounds == 0:
+        received += tr.value()
+        tr.clear()
+        proto.resumeProducing()
+        rounds += 1
+        assert rounds < 10_000
+    frames = codec.FrameSplitter().feed(received + tr.value())
+    assert len(frames) == 200
+    assert [codec.decode_request(f).entry_id for f in frames] == list(range(200))
+    assert proto.bytes_sent == sum(4 + len(f) for f in frames)
+    assert tr.write_requests > 1
+
+
+def test_close_unregisters_the_pull_producer_first():
+    proto, tr = _conn(False)
+    proto.close()
+    assert tr.producer is None and tr.disconnecting
 
 
 def test_v2_unknown_response_is_ignored():

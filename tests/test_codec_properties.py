@@ -206,3 +206,34 @@ def test_crc_digests_agree_with_the_crc32c_package_and_zlib(digest, scope, paylo
         assert int.from_bytes(stored, "big") == crc32c.crc32c(header + payload)
     else:
         assert int.from_bytes(stored, "big") == zlib.crc32(header + payload)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(adds=st.lists(st.tuples(ids, ids, st.sampled_from([1, 2, 3, 4]), st.binary(max_size=3000)), min_size=1,
+                     max_size=12),
+       cuts=st.lists(st.integers(0, 5000), max_size=8))
+def test_frame_builder_as_a_send_buffer_gives_the_frames_in_order(impl, adds, cuts):
+    """add_add_request appends what encode_add_request returns; pending/consume hand the bytes out in
+    pieces (a partial send each), interleaved with more appends, with nothing lost or repeated."""
+    master_key, mac_key = b"m" * 20, b"k" * 20
+    builder, expected, sent = impl.FrameBuilder(64), b"", b""
+    for i, (ledger, entry, digest, payload) in enumerate(adds):
+        builder.add_add_request(master_key, ledger, entry, entry - 1, len(payload), payload, digest, mac_key)
+        expected += impl.encode_add_request(master_key, ledger, entry, entry - 1, len(payload), payload, digest,
+                                            mac_key)
+        if i < len(cuts):
+            with builder.pending() as view:
+                n = min(cuts[i], len(view))
+                sent += bytes(view[:n])
+            builder.consume(n)
+    assert len(builder) == len(expected) - len(sent)
+    with pytest.raises(ValueError):
+        builder.consume(len(builder) + 1)
+    view = builder.pending()
+    with pytest.raises(BufferError):      # the buffer must not move under a live view
+        builder.add_add_request(master_key, 1, 1, 0, 70000, bytes(70000), 3, mac_key)
+    rest = bytes(view)
+    view.release()
+    builder.consume(len(rest))
+    assert sent + rest == expected and len(builder) == 0 and builder.take() == b""
