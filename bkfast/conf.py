@@ -159,7 +159,9 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("entryLogFilePreallocationEnabled", bool, True, "Create the next entry log ahead of time"),
     Key("readBufferSizeBytes", int, 512, "Entry log read buffer, bytes", min=1),
     Key("writeBufferSizeBytes", int, 65536, "Entry log write buffer, bytes", min=1),
-    Key("entryLogDirectWrites", bool, False, "bkfast: write entry logs with O_DIRECT (buffered where the "
+    # Not a BookKeeper key. On by default (measured, 16 KiB adds): bookie CPU per add 20-28 us vs 28-69 us
+    # through the page cache, throughput equal or higher (README, Bookie storage).
+    Key("entryLogDirectWrites", bool, True, "bkfast: write entry logs with O_DIRECT (buffered where the "
         "file system refuses it)"),
     Key("flushEntrylogBytes", int, 0, "Flush an entry log every this many bytes; 0 = only at checkpoints",
         min=0),

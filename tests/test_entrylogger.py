@@ -71,8 +71,21 @@ def spec_header(map_offset=0, count=0) -> bytes:
     return b"BKLO" + struct.pack(">iqi", 1, map_offset, count) + bytes(1004)
 
 
-def conf(**overrides) -> ServerConfiguration:
-    return ServerConfiguration(overrides)
+def conf(direct: bool = False, **overrides) -> ServerConfiguration:
+    return ServerConfiguration({"entryLogDirectWrites": direct, **overrides})
+
+
+@pytest.fixture(params=[False, True], ids=["buffered", "direct"])
+def direct(request):
+    """Writing tests run with buffered and with O_DIRECT entry log writes (tmp_path's file system takes
+    O_DIRECT: `assert_mode` checks the logger did not fall back)."""
+    return request.param
+
+
+def assert_mode(el: EntryLogger, direct: bool) -> None:
+    """The log being written goes through an O_DIRECT fd exactly when asked to."""
+    channel = el._current.channel
+    assert channel.direct is direct and (channel.direct_fd >= 0) is direct
 
 
 def entry(ledger_id: int, entry_id: int, payload_len: int = 10, scope_id: int = 0) -> bytes:
@@ -82,13 +95,14 @@ def entry(ledger_id: int, entry_id: int, payload_len: int = 10, scope_id: int = 
 
 
 # --- layout -----------------------------------------------------------------------------------------
-def test_log_file_layout_matches_the_spec_byte_for_byte(tmp_path):
-    el = EntryLogger([tmp_path], conf())
+def test_log_file_layout_matches_the_spec_byte_for_byte(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct))
     written = []
     for ledger_id in (5, 1, 3):
         for entry_id in range(4):
             data = entry(ledger_id, entry_id, 7 * entry_id + 1)
             written.append((ledger_id, el.add_entry(ledger_id, data), data))
+    assert_mode(el, direct)
     el.close()
 
     path = tmp_path / "current" / "0.log"
@@ -111,8 +125,8 @@ def test_log_file_layout_matches_the_spec_byte_for_byte(tmp_path):
     assert (tmp_path / "current" / "lastId").read_bytes() == b"0\n"
 
 
-def test_ledgers_map_is_written_in_batches_of_at_most_10000_ledgers(tmp_path):
-    el = EntryLogger([tmp_path], conf())
+def test_ledgers_map_is_written_in_batches_of_at_most_10000_ledgers(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct))
     for ledger_id in range(25_001):
         el.add_entry(ledger_id, entry(ledger_id, 0, 1))
     el.close()
@@ -122,23 +136,27 @@ def test_ledgers_map_is_written_in_batches_of_at_most_10000_ledgers(tmp_path):
     sizes = dict(item for batch in spec.batches for item in batch)
     assert sizes == {lid: len(entry(lid, 0, 1)) + 4 for lid in range(25_001)}
     # Read back through the logger: the map, not a scan, gives the same answer.
-    el2 = EntryLogger([tmp_path], conf())
+    el2 = EntryLogger([tmp_path], conf(direct))
     assert el2.ledgers_map(0) == sizes
     el2.close()
 
 
-def test_reads_come_from_the_write_buffer_until_flushed_then_from_disk(tmp_path):
-    el = EntryLogger([tmp_path], conf(writeBufferSizeBytes=65536))
+def test_reads_come_from_the_write_buffer_until_flushed_then_from_disk(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct, writeBufferSizeBytes=65536))
     small = entry(1, 0, 100)
     loc = el.add_entry(1, small)
+    assert_mode(el, direct)
     path = tmp_path / "current" / "0.log"
-    # Header and entry are still in memory: the file is empty, the read is served from the buffer.
-    assert path.stat().st_size == 0
+    # Header and entry are still in memory: the file is empty (direct: only the header block its O_DIRECT
+    # probe wrote), the read is served from the buffer.
+    assert path.read_bytes() == (spec_header() + bytes(4096 - 1024) if direct else b"")
     assert el.read_entry(1, 0, loc) == small
-    # An entry bigger than the whole buffer goes to the file at once (after what was buffered).
+    # An entry bigger than the whole buffer goes to the file at once (after what was buffered); direct
+    # mode writes it through the buffer, in whole 4 KiB blocks, as the buffer fills.
     big = entry(1, 1, 100_000)
     loc_big = el.add_entry(1, big)
-    assert path.stat().st_size == 1024 + 4 + len(small) + 4 + len(big)
+    end = 1024 + 4 + len(small) + 4 + len(big)
+    assert path.stat().st_size == (65536 * (end // 65536) if direct else end)
     assert el.read_entry(1, 1, loc_big) == big
     third = entry(1, 2, 50)
     loc3 = el.add_entry(1, third)
@@ -148,19 +166,20 @@ def test_reads_come_from_the_write_buffer_until_flushed_then_from_disk(tmp_path)
     pos = loc3 & 0xFFFFFFFF
     assert raw[pos - 4:pos + len(third)] == struct.pack(">i", len(third)) + third
     # A second logger (another process in real life) reads the flushed entries from disk.
-    other = EntryLogger([tmp_path], conf())
+    other = EntryLogger([tmp_path], conf(direct))
     assert other.read_entry(1, 0, loc) == small and other.read_entry(1, 2, loc3) == third
     other.close()
     el.close()
 
 
-def test_log_rolls_when_the_next_entry_would_exceed_log_size_limit(tmp_path):
+def test_log_rolls_when_the_next_entry_would_exceed_log_size_limit(tmp_path, direct):
     limit = 20_000
-    el = EntryLogger([tmp_path], conf(logSizeLimit=limit, writeBufferSizeBytes=4096))
+    el = EntryLogger([tmp_path], conf(direct, logSizeLimit=limit, writeBufferSizeBytes=4096))
     locs = []
     for i in range(60):
         data = entry(7, i, 900)
         locs.append((el.add_entry(7, data), data))
+    assert_mode(el, direct)
     el.close()
     ids = el.log_ids()
     assert len(ids) >= 3 and ids == list(range(len(ids)))
@@ -168,6 +187,7 @@ def test_log_rolls_when_the_next_entry_would_exceed_log_size_limit(tmp_path):
         spec = SpecLog(tmp_path / "current" / f"{log_id:x}.log")
         assert spec.entries_end <= limit              # entries stay under the limit; the map follows them
         assert spec.map_offset == spec.entries_end and spec.ledgers_count == 1
+        assert spec.map_end == len(spec.raw)          # a finished log ends with its map (no zero tail)
         in_log = [(loc, d) for loc, d in locs if loc >> 32 == log_id]
         assert [d for _, d in spec.records] == [d for _, d in in_log]
         assert dict(spec.batches[0]) == {7: sum(len(d) + 4 for _, d in in_log)}
@@ -177,18 +197,19 @@ def test_log_rolls_when_the_next_entry_would_exceed_log_size_limit(tmp_path):
     assert (tmp_path / "current" / "lastId").read_text() == f"{ids[-1]:x}\n"
 
 
-def test_reopen_continues_with_a_new_log_id_and_reads_every_older_log(tmp_path):
-    el = EntryLogger([tmp_path], conf())
+def test_reopen_continues_with_a_new_log_id_and_reads_every_older_log(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct))
     first = {(1, i): el.add_entry(1, entry(1, i)) for i in range(5)}
     el.close()
     # Second run: "crashes" after a flush, so log 1 is never finalized (header offset 0, no map).
-    el = EntryLogger([tmp_path], conf())
+    el = EntryLogger([tmp_path], conf(direct))
     second = {(2, i): el.add_entry(2, entry(2, i)) for i in range(5)}
+    assert_mode(el, direct)
     el.flush()
     assert {loc >> 32 for loc in second.values()} == {1}
     assert SpecLog(tmp_path / "current" / "1.log").map_offset == 0
     # Third run: a new id again; every older entry is readable.
-    el3 = EntryLogger([tmp_path], conf())
+    el3 = EntryLogger([tmp_path], conf(direct))
     third = el3.add_entry(3, entry(3, 0))
     assert third >> 32 == 2
     for (lid, eid), loc in {**first, **second}.items():
@@ -200,7 +221,7 @@ def test_reopen_continues_with_a_new_log_id_and_reads_every_older_log(tmp_path):
     assert (tmp_path / "current" / "lastId").read_text() == "2\n"
 
 
-def test_log_without_map_is_scanned_past_padding_and_stops_at_a_torn_tail(tmp_path):
+def test_log_without_map_is_scanned_past_padding_and_stops_at_a_torn_tail(tmp_path, direct):
     current = tmp_path / "current"
     current.mkdir()
     entries = [entry(4, 0, 3), entry(9, 0, 40), entry(4, 1, 5), entry(123, 0, 1, scope_id=77)]
@@ -216,7 +237,7 @@ def test_log_without_map_is_scanned_past_padding_and_stops_at_a_torn_tail(tmp_pa
     (current / "a.log").write_bytes(bytes(body))
     (current / "lastId").write_text("a\n")
 
-    el = EntryLogger([tmp_path], conf())
+    el = EntryLogger([tmp_path], conf(direct))
     scanned = list(el.scan(0xA))
     assert [(lid, eid, loc) for lid, eid, loc, _ in scanned] == [
         (4, 0, locations[0]), (9, 0, locations[1]), (4, 1, locations[2]), (123, 0, locations[3])]
@@ -231,8 +252,8 @@ def test_log_without_map_is_scanned_past_padding_and_stops_at_a_torn_tail(tmp_pa
     el.close()
 
 
-def test_read_entry_rejects_wrong_ids_bad_sizes_and_locations_past_the_end(tmp_path):
-    el = EntryLogger([tmp_path], conf())
+def test_read_entry_rejects_wrong_ids_bad_sizes_and_locations_past_the_end(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct))
     loc0 = el.add_entry(1, entry(1, 0))
     loc1 = el.add_entry(1, entry(1, 1))
     el.flush()
@@ -255,15 +276,15 @@ def test_read_entry_rejects_wrong_ids_bad_sizes_and_locations_past_the_end(tmp_p
     pos = loc0 & 0xFFFFFFFF
     raw[pos - 4:pos] = struct.pack(">i", 8)
     path.write_bytes(bytes(raw))
-    el = EntryLogger([tmp_path], conf())
+    el = EntryLogger([tmp_path], conf(direct))
     with pytest.raises(StorageCorruptionError, match="invalid entry size 8"):
         el.read_entry(1, 0, loc0)
     assert el.read_entry(1, 1, loc1) == entry(1, 1)
     el.close()
 
 
-def test_scoped_entries_are_stored_verbatim_and_left_out_of_the_java_map(tmp_path):
-    el = EntryLogger([tmp_path], conf())
+def test_scoped_entries_are_stored_verbatim_and_left_out_of_the_java_map(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct))
     scoped = entry(3, 0, 20, scope_id=2**64 - 1)
     loc_s = el.add_entry(3, scoped)
     plain = entry(3, 0, 20)
@@ -274,25 +295,26 @@ def test_scoped_entries_are_stored_verbatim_and_left_out_of_the_java_map(tmp_pat
     spec = SpecLog(tmp_path / "current" / "0.log")
     assert [d for _, d in spec.records] == [scoped, plain]
     assert spec.batches == [[(3, len(plain) + 4)]] and spec.ledgers_count == 1
-    el = EntryLogger([tmp_path], conf())
+    el = EntryLogger([tmp_path], conf(direct))
     assert el.scoped_ledgers_map(0) == {(2**64 - 1, 3): len(scoped) + 4}
     el.close()
 
 
-def test_log_ids_wrap_to_zero_after_integer_max_and_skip_existing_files(tmp_path):
+def test_log_ids_wrap_to_zero_after_integer_max_and_skip_existing_files(tmp_path, direct):
     current = tmp_path / "current"
     current.mkdir()
     (current / "lastId").write_text("7fffffff\n")
     (current / "0.log").write_bytes(spec_header())
-    el = EntryLogger([tmp_path], conf())
+    el = EntryLogger([tmp_path], conf(direct))
     assert el.add_entry(1, entry(1, 0)) >> 32 == 1
     el.close()
     assert (current / "lastId").read_text() == "1\n"
 
 
-def test_read_run_returns_the_entries_of_one_ledger_stored_back_to_back(tmp_path):
-    el = EntryLogger([tmp_path], conf(writeBufferSizeBytes=8192))
+def test_read_run_returns_the_entries_of_one_ledger_stored_back_to_back(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct, writeBufferSizeBytes=8192))
     locs = [el.add_entry(6, entry(6, i, 300)) for i in range(50)]
+    assert_mode(el, direct)
     el.add_entry(8, entry(8, 0))
     run = el.read_run(0, 6, locs[10], 100, 1 << 20)
     assert [eid for eid, _, _ in run] == list(range(10, 50))            # stops at ledger 8
@@ -302,8 +324,8 @@ def test_read_run_returns_the_entries_of_one_ledger_stored_back_to_back(tmp_path
     el.close()
 
 
-def test_remove_log_deletes_a_finished_log_but_not_the_current_one(tmp_path):
-    el = EntryLogger([tmp_path], conf())
+def test_remove_log_deletes_a_finished_log_but_not_the_current_one(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct))
     loc = el.add_entry(1, entry(1, 0))
     el.roll()
     loc2 = el.add_entry(1, entry(1, 1))
@@ -317,9 +339,9 @@ def test_remove_log_deletes_a_finished_log_but_not_the_current_one(tmp_path):
     el.close()
 
 
-def test_logs_spread_over_several_ledger_dirs_and_last_id_is_in_each(tmp_path):
+def test_logs_spread_over_several_ledger_dirs_and_last_id_is_in_each(tmp_path, direct):
     dirs = [tmp_path / "a", tmp_path / "b"]
-    el = EntryLogger(dirs, conf())
+    el = EntryLogger(dirs, conf(direct))
     locs = []
     for i in range(4):
         locs.append(el.add_entry(1, entry(1, i)))
@@ -329,7 +351,7 @@ def test_logs_spread_over_several_ledger_dirs_and_last_id_is_in_each(tmp_path):
     assert sorted(p.name for p in (dirs[1] / "current").glob("*.log")) == ["1.log", "3.log"]
     for d in dirs:
         assert (d / "current" / "lastId").read_text() == "3\n"
-    el = EntryLogger(dirs, conf())
+    el = EntryLogger(dirs, conf(direct))
     assert [el.read_entry(1, i, loc) for i, loc in enumerate(locs)] == [entry(1, i) for i in range(4)]
     el.close()
 
@@ -399,10 +421,11 @@ def test_channel_with_writeback_keeps_every_byte_and_only_sync_makes_them_durabl
     channel.close()
 
 
-def test_flush_entrylog_bytes_syncs_the_current_log_while_writing(tmp_path):
-    logger = EntryLogger([tmp_path], ServerConfiguration({"flushEntrylogBytes": 20000}))
+def test_flush_entrylog_bytes_syncs_the_current_log_while_writing(tmp_path, direct):
+    logger = EntryLogger([tmp_path], conf(direct, flushEntrylogBytes=20000))
     data = [encode_entry(5, i, i - 1, 0, b"z" * 1000, CRC32C) for i in range(60)]
     logger.add_entries(5, data[:10])
+    assert_mode(logger, direct)
     channel = logger._current.channel
     assert channel.synced_position == 0                           # ~10 KB written: below the threshold
     logger.add_entries(5, data[10:30])
@@ -413,8 +436,8 @@ def test_flush_entrylog_bytes_syncs_the_current_log_while_writing(tmp_path):
     logger.close()
 
 
-def test_flush_entrylog_bytes_zero_syncs_only_on_flush(tmp_path):
-    logger = EntryLogger([tmp_path], ServerConfiguration({}))
+def test_flush_entrylog_bytes_zero_syncs_only_on_flush(tmp_path, direct):
+    logger = EntryLogger([tmp_path], conf(direct))
     logger.add_entries(5, [encode_entry(5, i, i - 1, 0, b"z" * 1000, CRC32C) for i in range(100)])
     channel = logger._current.channel
     assert channel.synced_position == 0
