@@ -64,6 +64,7 @@ VERSION_HEADER_SIZE = 8    # V2-V4: magic, version
 DEFAULT_MAX_RECORD_SIZE = 5 * 1024 * 1024   # nettyMaxFrameSizeBytes' default: no entry is bigger
 SLOW_SYNC_LOG_S = 0.005   # journal batches slower than this are logged at DEBUG (tail-latency diagnosis)
 CACHE_DROP_LAG_BYTES = 8 * 1024 * 1024      # JournalChannel keeps this much behind the sync in cache
+JOURNAL_TIMER_SLACK_NS = 1000   # the group wait is a latency the user configured: do not let it stretch
 _READ_CHUNK = 4 * 1024 * 1024
 _MiB = 1024 * 1024
 
@@ -494,6 +495,7 @@ class Journal:
             return batch
 
     def _run(self) -> None:
+        _journal.set_thread_timer_slack(JOURNAL_TIMER_SLACK_NS)
         try:
             while True:
                 batch = self._next_batch()
