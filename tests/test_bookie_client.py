@@ -9,9 +9,11 @@ import time
 
 import pytest
 from twisted.internet import defer, task
+from twisted.internet.testing import StringTransport
 
 from bkfast.codec import (
     DigestType,
+    encode_add_request,
     encode_entry,
     encode_lac,
     encode_read_request,
@@ -30,7 +32,7 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
 )
-from bkfast.net.bookie_channel import K_READ, BookieChannel, PendingRequest
+from bkfast.net.bookie_channel import K_ADD, K_READ, BookieChannel, PendingRequest
 from bkfast.net.bookie_client import BookieClient, LongPollResult, ReadLacResult
 
 from .reactor_thread import call, reactor
@@ -108,6 +110,63 @@ def test_pipelined_adds_read_back_and_read_of_minus_one_returns_the_last_entry(b
         assert got == [entries[3], entries[19], entries[19], entries[19], entries[0]]
 
     call(scenario)
+
+
+class _SocketPairTransport(StringTransport):
+    """A transport whose handle is one end of a real socketpair with small buffers (the channel sends on
+    it, as on a TCP transport's socket); startWriting only counts (the test plays the writable event)."""
+
+    def __init__(self, buffer_bytes: int):
+        super().__init__()
+        self.sock, self.peer = socket.socketpair()
+        for s, opt in ((self.sock, socket.SO_SNDBUF), (self.peer, socket.SO_RCVBUF)):
+            s.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)
+            s.setblocking(False)
+        self.write_requests = 0
+
+    def getHandle(self):
+        return self.sock
+
+    def startWriting(self):
+        self.write_requests += 1
+
+    def drain(self) -> bytes:
+        out = b""
+        while True:
+            try:
+                chunk = self.peer.recv(1 << 20)
+            except BlockingIOError:
+                return out
+            out += chunk
+
+
+def test_frames_the_socket_does_not_take_wait_for_writable_and_keep_their_order():
+    clock = task.Clock()
+    ch = BookieChannel(clock, "127.0.0.1:1", False, 0, 1 << 20)
+    tr = _SocketPairTransport(64 * 1024)
+    try:
+        ch.makeConnection(tr)
+        assert tr.producer is ch and not tr.streaming
+        frames = []
+        for e in range(120):               # 2 MB of 16 KiB adds against 64 KiB socket buffers
+            frame = encode_add_request(master_key(KEY), 5, e, e - 1, (e + 1) * 16384, bytes([e]) * 16384,
+                                       DigestType.CRC32C, mac_key(KEY))
+            req = PendingRequest(K_ADD, 5, e, time.monotonic(), time.monotonic() + 5, e + 1)
+            ch.send_v2(frame, req)
+            frames.append(frame)
+        clock.advance(0)                   # the reactor turn's flush
+        assert ch.unsent and tr.write_requests == 1
+        received, rounds = tr.drain(), 0
+        while ch.unsent:
+            ch.resumeProducing()           # what Twisted calls once the socket is writable
+            received += tr.drain()
+            rounds += 1
+            assert rounds < 10_000
+        assert received == b"".join(frames)
+        assert tr.write_requests > 1 and ch.pending_count == 120
+    finally:
+        tr.sock.close()
+        tr.peer.close()
 
 
 def test_v2_answer_with_the_real_entry_id_goes_to_the_earliest_matching_read():
@@ -422,20 +481,15 @@ def test_requests_issued_while_connecting_are_flushed_in_one_write(bookie):
         assert ch.state == "connecting" and len(ch.core.out) == 50
 
         def connection_made():
-            real_write = ch.transport.write
-            real_write_sequence = ch.transport.writeSequence
+            real_socket = ch.transport.getHandle()
 
-            def write(data):
-                writes.append(len(data))
-                return real_write(data)
+            class CountingSocket:            # counts the sends the channel makes on its socket
+                def sendmsg(self, buffers):
+                    writes.append(sum(len(b) for b in buffers))
+                    return real_socket.sendmsg(buffers)
 
-            def write_sequence(frames):
-                writes.append(sum(len(f) for f in frames))
-                return real_write_sequence(frames)
-
-            # counts the writes the channel makes on its socket
-            ch.transport.write = write
-            ch.transport.writeSequence = write_sequence
+            counting = CountingSocket()
+            ch.transport.getHandle = lambda: counting
             type(ch).connectionMade(ch)
 
         ch.connectionMade = connection_made

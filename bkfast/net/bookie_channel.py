@@ -2,9 +2,12 @@
 
 Owns: a `BookieChannel` (a Twisted Protocol) and the bookkeeping of its in-flight requests (`PendingRequest`).
 Requests are complete frames built by `bookie_client`; they are buffered (in the channel's Cython
-`ChannelCore`) and written with ONE `transport.writeSequence` per reactor turn (or at once past
+`ChannelCore`) and written with ONE `sendmsg` of the frames themselves per reactor turn (or at once past
 `FLUSH_BYTES`); requests issued while connecting are buffered the same way and flushed in one write when the
-connection is made. Responses are cut by the Cython `FrameSplitter` and matched: v2 ADD answers for a
+connection is made. Frames the socket does not take wait in the channel until Twisted reports the socket
+writable (the channel is the transport's pull producer); Twisted's own write buffer is never used, which
+saves its join copy of every frame (page faults on a fresh buffer each time, for large entries) and a
+reactor iteration per flush. Responses are cut by the Cython `FrameSplitter` and matched: v2 ADD answers for a
 ledger whose write handle registered an AckPort go straight to its AddTracker (bkfast._clientpath: no
 per-request object at all); v3 by txnId; other v2 answers by FIFO queues keyed by (ledger id, entry id),
 one table for adds and one for reads, as Java's v2 client does. A READ of entry -1 is keyed (ledger, -1); a
@@ -24,6 +27,7 @@ connection is gone (every pending request of a lost connection fails at once).
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 
@@ -46,6 +50,7 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 log = logging.getLogger(__name__)
 
 FLUSH_BYTES = 64 * 1024
+_IOV_MAX = os.sysconf("SC_IOV_MAX")   # buffers per sendmsg
 _monotonic = time.monotonic
 _V2_RESPONSE = struct.Struct(">Iiqq")
 _V2_ADD, _V2_READ = 1, 2
@@ -170,6 +175,7 @@ class BookieChannel(protocol.Protocol):
         self.slot = None                         # the owner's bookkeeping (BookieClient: its slot list, index)
         self.connector = None
         self.flush_call = None
+        self.unsent: list = []                   # frames (or the rest of one) the socket has not taken yet
         # output buffer and (v2) response dispatch; tracked adds of ledger handles bypass the tables below
         self.core = ChannelCore(self._schedule_flush, self.flush,
                                 self._handle_v3_frame if v3 else self._handle_v2_frame, FLUSH_BYTES,
@@ -203,6 +209,7 @@ class BookieChannel(protocol.Protocol):
             self.transport.setTcpNoDelay(True)
         except Exception:                    # not a TCP transport (never on the real reactor)
             pass
+        self.transport.registerProducer(self, False)
         log.info("connected to bookie %s (%s), %d requests queued", self.bookie_id, "v3" if self.v3 else "v2",
                  self.pending_count)
         if self.core.out:
@@ -312,7 +319,46 @@ class BookieChannel(protocol.Protocol):
             self.flush_call = None
         frames = self.core.take()
         if frames and self.state is CONNECTED:
-            self.transport.writeSequence(frames)
+            if self.unsent:                  # still waiting for the socket: keep the order
+                self.unsent.extend(frames)
+            else:
+                self.unsent = frames
+                self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        unsent = self.unsent
+        sock = self.transport.getHandle()
+        while unsent:
+            chunk = unsent[:_IOV_MAX] if len(unsent) > _IOV_MAX else unsent
+            try:
+                sent = sock.sendmsg(chunk)
+            except BlockingIOError:
+                sent = 0
+            except OSError as err:
+                self.close(f"send to bookie {self.bookie_id} failed: {err}")
+                return
+            done = 0
+            for piece in chunk:
+                size = len(piece)
+                if sent < size:
+                    break
+                sent -= size
+                done += 1
+            partial = done < len(chunk)
+            del unsent[:done]
+            if partial:
+                if sent:
+                    unsent[0] = memoryview(unsent[0])[sent:]
+                self.transport.startWriting()    # resumeProducing once the socket is writable
+                return
+
+    # IPullProducer: Twisted calls resumeProducing when the (empty) transport finds the socket writable.
+    def resumeProducing(self) -> None:
+        if self.state is CONNECTED and self.unsent:
+            self._send_unsent()
+
+    def stopProducing(self) -> None:
+        self.unsent = []
 
     @property
     def pending_count(self) -> int:
