@@ -1,0 +1,142 @@
+# Included by bkfast/_entrylog.pyx (one module): the record scanner of a log region and the parser of
+# a run of one ledger's records read in one go. The write side (BufferedChannel) is in the .pyx.
+
+
+cdef class LogScanner:
+    """Walks `int size | entry` records of a log region in chunks of `chunk_size` bytes.
+
+    next_batch() returns a list of (offset, size, scope_id, ledger_id, entry_id, data) tuples, where
+    offset is the file offset of the entry bytes (location = (log_id << 32) | offset) and data is the
+    entry (or None when with_data is False). As Java's scanner does: a size <= 0 is padding (skip one
+    byte); a record whose ledger id is -1 is a ledgers-map batch (skipped). Records too short for their
+    ids are skipped. A record that runs past `end` is a torn tail: scanning stops and `truncated` is set.
+    The zeros a direct-mode log can end with (up to a block past its last record, after a crash) are
+    padding like any other: the scan ends cleanly at the last record.
+    """
+
+    cdef BufferedChannel channel
+    cdef int64_t pos
+    cdef readonly int64_t end
+    cdef Py_ssize_t chunk_size
+    cdef readonly bint truncated
+
+    def __cinit__(self, BufferedChannel channel, int64_t start, int64_t end, Py_ssize_t chunk_size=1 << 20):
+        self.channel = channel
+        self.pos = start
+        self.end = end
+        self.chunk_size = chunk_size if chunk_size >= 4096 else 4096
+        self.truncated = False
+
+    @property
+    def position(self):
+        return self.pos
+
+    @property
+    def done(self):
+        return self.truncated or self.pos + SIZE_LEN > self.end
+
+    def next_batch(self, bint with_data=True):
+        cdef Py_ssize_t want, got, i = 0, need
+        cdef int32_t size
+        cdef uint64_t scope = 0
+        cdef int64_t ledger = 0, entry = 0
+        cdef const uint8_t *p
+        cdef bytes chunk, data
+        cdef list out = []
+        if self.truncated or self.pos + SIZE_LEN > self.end:
+            return out
+        want = self.chunk_size
+        if self.end - self.pos < want:
+            want = self.end - self.pos
+        chunk = PyBytes_FromStringAndSize(NULL, want)
+        got = self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(chunk), self.pos, want)
+        p = <const uint8_t*>PyBytes_AS_STRING(chunk)
+        if got < want:
+            # The file is shorter than `end` said: treat the missing part as a torn tail.
+            self.end = self.pos + got
+        while True:
+            if self.pos + i + SIZE_LEN > self.end:
+                self.pos += i
+                return out
+            if i + SIZE_LEN > got:
+                break
+            size = <int32_t>get_u32(p + i)
+            if size <= 0:
+                i += 1                                   # padding
+                continue
+            need = SIZE_LEN + (size if size < SCOPED_IDS_LEN else SCOPED_IDS_LEN)
+            if i + need > got:
+                if self.pos + i + need > self.end:
+                    self.truncated = True
+                    self.pos += i
+                    return out
+                break                                    # refill from this record
+            if self.pos + i + SIZE_LEN + size > self.end:
+                self.truncated = True
+                self.pos += i
+                return out
+            if size >= 8 and is_map_record(p + i + SIZE_LEN):
+                i += SIZE_LEN + size
+                continue
+            if entry_ids(p + i + SIZE_LEN, size, &scope, &ledger, &entry) != 0:
+                i += SIZE_LEN + size                     # too short to be an entry
+                continue
+            if i + SIZE_LEN + size <= got:
+                data = PyBytes_FromStringAndSize(<const char*>(p + i + SIZE_LEN), size) if with_data else None
+                out.append((self.pos + i + SIZE_LEN, size, scope, ledger, entry, data))
+                i += SIZE_LEN + size
+                continue
+            # The record runs past this chunk: read it on its own, then refill after it.
+            if with_data:
+                data = PyBytes_FromStringAndSize(NULL, size)
+                if self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(data), self.pos + i + SIZE_LEN,
+                                          size) < size:
+                    self.truncated = True
+                    self.pos += i
+                    return out
+            else:
+                data = None
+            out.append((self.pos + i + SIZE_LEN, size, scope, ledger, entry, data))
+            i += SIZE_LEN + size
+            break
+        self.pos += i
+        return out
+
+
+def parse_run(data, int64_t base, int64_t location_base, uint64_t want_scope, int64_t want_ledger,
+              Py_ssize_t max_count):
+    """Consecutive entries of one ledger at the start of `data` (file bytes from offset `base`, which
+    holds an int size). Stops at the first record of another ledger, a map record, padding, an
+    incomplete record, or after max_count entries.
+
+    Returns ([(entry_id, location_base | offset, entry bytes)], file offset after the last entry taken).
+    Used by read-ahead: a flush writes each ledger's entries contiguously and in entry order.
+    """
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, i = 0, taken = 0
+    cdef int32_t size
+    cdef uint64_t scope = 0
+    cdef int64_t ledger = 0, entry = 0
+    cdef list out = []
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        while taken < max_count and i + SIZE_LEN <= n:
+            size = <int32_t>get_u32(p + i)
+            if size < MIN_SANE_ENTRY_SIZE or i + SIZE_LEN + size > n:
+                break
+            if is_map_record(p + i + SIZE_LEN):
+                break
+            if entry_ids(p + i + SIZE_LEN, size, &scope, &ledger, &entry) != 0:
+                break
+            if scope != want_scope or ledger != want_ledger:
+                break
+            out.append((entry, location_base | (base + i + SIZE_LEN),
+                        PyBytes_FromStringAndSize(<const char*>(p + i + SIZE_LEN), size)))
+            taken += 1
+            i += SIZE_LEN + size
+    finally:
+        PyBuffer_Release(&view)
+    return out, base + i
