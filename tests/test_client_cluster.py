@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
 import threading
 import time
 
@@ -314,9 +317,6 @@ def test_create_ledger_adv(running):
 def test_frozen_bookie_times_out_and_is_replaced(running):
     """A bookie of the ensemble stops answering (SIGSTOP, the socket stays open): its adds time out
     after addEntryTimeoutSec, the writer replaces it and goes on, and every acknowledged entry reads back."""
-    import os
-    import signal
-
     with _client(running, addEntryTimeoutSec=2) as bk:
         lh = bk.create_ledger(3, 2, 2, digest_type="CRC32C", password=PASSWORD)
         lh.add_entries([b"before-%d" % i for i in range(30)])
@@ -359,52 +359,45 @@ def test_throttle_holds_adds_back_and_close_waits_for_them(running):
         assert lh.last_add_confirmed == 39
         assert bk.get_ledger_metadata(lh.ledger_id).last_entry_id == 39
 
+@contextlib.contextmanager
+def _first_replica_frozen(running, bk, prefix: bytes):
+    """A closed 6-entry ledger opened for reading, with the first replica of entries 0 and 2 SIGSTOPped
+    until the block ends; yields the read handle."""
+    lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+    lh.add_entries([prefix + b"-%d" % i for i in range(6)])
+    lh.close()
+    rh = bk.open_ledger(lh.ledger_id, PASSWORD)
+    frozen = running.by_id(rh.metadata.ensembles[0][1][0])
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        yield rh
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+
+
 def test_speculative_read_goes_to_the_next_replica(running):
     """With the first replica frozen (SIGSTOP), a read is answered by the second one after
     speculativeReadTimeout, long before the 60 s read timeout would fail the first request."""
-    import os
-    import signal
-
     from bkfast.errors import BKTimeoutException
 
-    with _client(running, speculativeReadTimeout=200, readEntryTimeoutSec=60) as bk:
-        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
-        lh.add_entries([b"spec-%d" % i for i in range(6)])
-        lh.close()
-        rh = bk.open_ledger(lh.ledger_id, PASSWORD)
-        frozen = running.by_id(rh.metadata.ensembles[0][1][0])   # first replica of entries 0 and 2
-        os.kill(frozen.pid, signal.SIGSTOP)
+    with _client(running, speculativeReadTimeout=200, readEntryTimeoutSec=60) as bk, \
+            _first_replica_frozen(running, bk, b"spec") as rh:
+        rh._timeout = 20          # fail the test (BKTimeoutException) if no replica answers in 20 s
         try:
-            rh._timeout = 20          # fail the test (BKTimeoutException) if no replica answers in 20 s
-            try:
-                assert rh.read_entry(0).data == b"spec-0"
-                assert [e.data for e in rh.read_entries(0, 5)] == [b"spec-%d" % i for i in range(6)]
-            except BKTimeoutException:
-                pytest.fail("the read waited for the frozen bookie instead of asking the next replica")
-        finally:
-            os.kill(frozen.pid, signal.SIGCONT)
-
+            assert rh.read_entry(0).data == b"spec-0"
+            assert [e.data for e in rh.read_entries(0, 5)] == [b"spec-%d" % i for i in range(6)]
+        except BKTimeoutException:
+            pytest.fail("the read waited for the frozen bookie instead of asking the next replica")
 
 
 def test_read_from_a_frozen_replica_times_out_and_goes_to_the_next(running):
     """Speculative reads off: a read whose first replica is frozen (SIGSTOP) fails over to the next
     replica after readEntryTimeoutSec."""
-    import os
-    import signal
-
     with _client(running, speculativeReadTimeout=0, readEntryTimeoutSec=2) as bk:
-        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
-        lh.add_entries([b"slow-%d" % i for i in range(6)])
-        lh.close()
-        rh = bk.open_ledger(lh.ledger_id, PASSWORD)
-        frozen = running.by_id(rh.metadata.ensembles[0][1][0])   # first replica of entries 0 and 2
-        os.kill(frozen.pid, signal.SIGSTOP)
-        try:
+        with _first_replica_frozen(running, bk, b"slow") as rh:
             started = time.monotonic()
             assert [e.data for e in rh.read_entries(0, 5)] == [b"slow-%d" % i for i in range(6)]
             waited = time.monotonic() - started
-        finally:
-            os.kill(frozen.pid, signal.SIGCONT)
         assert waited >= 1.5, "answered without waiting for the frozen replica's timeout"
 
 ASYNCIO_SCRIPT = """
