@@ -287,14 +287,15 @@ cdef class JournalWriter:
 
         Direct mode copies every batch into one page-aligned buffer and writes it in aligned pieces: the
         kernel then DMAs from it instead of copying into the page cache (which cost ~40% of a bookie's
-        CPU with 16 KiB entries). It needs the padding record (every batch ends on `alignment`) and an
-        aligned position; the caller must have checked that the device takes `alignment`-sized writes.
+        CPU with 16 KiB entries). It needs the padding record (every batch ends on `alignment`) and a
+        position on a 512-byte boundary; the caller must have checked that the device takes 512-byte
+        writes at such offsets.
         """
         if on:
             if not self.padding:
                 raise ValueError("direct writes need the V5+ padding record (batches must end aligned)")
-            if self.position % self.alignment:
-                raise ValueError(f"direct writes need an aligned position, not {self.position}")
+            if self.position % 512:
+                raise ValueError(f"direct writes need a sector-aligned position, not {self.position}")
             if self.dstage == NULL and posix_memalign(<void**>&self.dstage, DIRECT_MEM_ALIGN, DIRECT_CHUNK) != 0:
                 self.dstage = NULL
                 raise MemoryError()

@@ -213,6 +213,23 @@ def test_direct_mode_is_used_where_asked_and_a_batch_bigger_than_its_stage_is_wh
     assert data[:512 + len(batch)] == spec_header(6) + batch and not any(data[512 + len(batch):])
 
 
+def test_a_4096_byte_alignment_pads_the_first_batch_from_the_512_byte_header(tmp_path, write_mode):
+    j, sink = open_journal(tmp_path, journalAlignmentSize=4096)
+    assert j._writer.direct == (write_mode == "direct")
+    records = [rec(i, s) for i, s in enumerate([100, 5000, 4090])]
+    for i, r in enumerate(records):
+        j.log_record(r, i)
+        sink.wait_for(i + 1)
+    journal_id = j.current_journal_id
+    j.stop()
+    data = journal_bytes(tmp_path, journal_id)
+    expected, pos = spec_header(6), 512
+    for r in records:
+        b = spec_batch(pos, [r], align=4096)
+        expected, pos = expected + b, pos + len(b)
+    assert pos % 4096 == 0 and data[:pos] == expected and not any(data[pos:])
+
+
 def test_multi_record_batches_pad_once_at_each_batch_end(tmp_path):
     # More than 3 entries closes a batch; a long max wait leaves that as the only trigger.
     j, sink = open_journal(tmp_path, journalMaxGroupWaitMSec=60_000, journalBufferedEntriesThreshold=3)

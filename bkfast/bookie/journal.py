@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -76,18 +77,22 @@ _INT = struct.Struct(">i")
 # --- meta records (parse_record is in bkfast._journal: it runs once per record on replay) ----------------
 
 
-def _enable_direct(fd: int, writer, journal_dir: str) -> bool:
+def _enable_direct(fd: int, writer, journal_dir: str, header: bytes) -> bool:
     """Switch a new journal file to O_DIRECT writes; False (and buffered) if its file system refuses.
 
-    The probe is a real aligned write (the pre-allocation block, rewritten by the caller), because a
-    file system may accept the O_DIRECT flag and still refuse writes of `journalAlignmentSize` bytes
-    (a 4 KiB-sector device with 512-byte alignment).
+    The probe is a real write: the 512-byte header again, through O_DIRECT at offset 0, the smallest and
+    least aligned write the journal makes (batches start on 512-byte boundaries whatever the
+    journalAlignmentSize), because a file system may accept the O_DIRECT flag and still refuse such
+    writes (a 4 KiB-sector device).
     """
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try:
         fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+        with mmap.mmap(-1, mmap.PAGESIZE) as block:      # page-aligned memory, as O_DIRECT needs
+            block.write(header)
+            with memoryview(block) as view:
+                os.pwrite(fd, view[:len(header)], 0)
         writer.set_direct(True)
-        writer.ensure_preallocated()
         return True
     except OSError as err:
         if err.errno != errno.EINVAL:
@@ -597,7 +602,7 @@ class Journal:
             writer = _journal.JournalWriter(fd, len(header), self._align, self._prealloc_step,
                                             padding=self._version >= V5, drop_cache_lag=self._drop_cache_lag)
             if self._direct:
-                self._direct = _enable_direct(fd, writer, self.journal_dir)
+                self._direct = _enable_direct(fd, writer, self.journal_dir, header)
             writer.ensure_preallocated()   # JournalChannel pre-allocates the first step on creation
             os.fsync(fd)                   # header and size durable before any record counts on them
             fsync_dir(self.current_dir)   # and the name: fdatasync of the file does not cover it
