@@ -193,8 +193,8 @@ cdef class ChannelCore:
                 return
 
     def take(self):
-        """The queued frames (a list, possibly empty), emptying the buffer. (Twisted copies what it is
-        given into its own send buffer, so joining them here would copy every frame twice.)"""
+        """The queued frames (a list, possibly empty), emptying the buffer. (The channel hands the list to
+        one sendmsg as it is: joining the frames here would only copy them.)"""
         cdef list out = self.out
         self.flush_scheduled = False
         if out:
