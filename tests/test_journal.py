@@ -161,6 +161,25 @@ def journal_bytes(tmp_path, journal_id: int) -> bytes:
     return (tmp_path / "journal" / "current" / f"{journal_id:x}.txn").read_bytes()
 
 
+def log_one_per_batch(tmp_path, j, sink, records) -> tuple[int, bytes]:
+    """Log each record as its own batch (wait for each before the next), stop; (journal id, file bytes)."""
+    for i, r in enumerate(records):
+        j.log_record(r, i)
+        sink.wait_for(i + 1)
+    journal_id = j.current_journal_id
+    j.stop()
+    return journal_id, journal_bytes(tmp_path, journal_id)
+
+
+def spec_one_per_batch(records, align: int = 512) -> tuple[bytes, int]:
+    """The spec's V6 file of one batch per record: (its bytes, where the log ends)."""
+    expected, pos = spec_header(6), 512
+    for r in records:
+        b = spec_batch(pos, [r], align=align)
+        expected, pos = expected + b, pos + len(b)
+    return expected, pos
+
+
 def rec(i: int, size: int = 100) -> bytes:
     return struct.pack(">qq", 1, i) + bytes([i % 251]) * (size - 16)
 
@@ -173,16 +192,8 @@ def test_file_is_byte_for_byte_the_spec_layout(tmp_path):
     sizes = [100, 506, 508, 1, 4000, 20000, 512 - 4 - 8, 70000, 513]
     j, sink = open_journal(tmp_path)
     records = [rec(i, s) for i, s in enumerate(sizes)]
-    for i, r in enumerate(records):           # one record per batch: wait for each before the next
-        j.log_record(r, i)
-        sink.wait_for(i + 1)
-    journal_id = j.current_journal_id
-    j.stop()
-    data = journal_bytes(tmp_path, journal_id)
-    expected, pos = spec_header(6), 512
-    for r in records:
-        b = spec_batch(pos, [r])
-        expected, pos = expected + b, pos + len(b)
+    journal_id, data = log_one_per_batch(tmp_path, j, sink, records)
+    expected, pos = spec_one_per_batch(records)
     assert len(data) == 1 * MiB                              # pre-allocated in journalPreAllocSizeMB steps
     assert data[:pos] == expected
     assert data[pos:] == bytes(len(data) - pos)              # the pre-allocated tail is zeros
@@ -217,16 +228,8 @@ def test_a_4096_byte_alignment_pads_the_first_batch_from_the_512_byte_header(tmp
     j, sink = open_journal(tmp_path, journalAlignmentSize=4096)
     assert j._writer.direct == (write_mode == "direct")
     records = [rec(i, s) for i, s in enumerate([100, 5000, 4090])]
-    for i, r in enumerate(records):
-        j.log_record(r, i)
-        sink.wait_for(i + 1)
-    journal_id = j.current_journal_id
-    j.stop()
-    data = journal_bytes(tmp_path, journal_id)
-    expected, pos = spec_header(6), 512
-    for r in records:
-        b = spec_batch(pos, [r], align=4096)
-        expected, pos = expected + b, pos + len(b)
+    _, data = log_one_per_batch(tmp_path, j, sink, records)
+    expected, pos = spec_one_per_batch(records, align=4096)
     assert pos % 4096 == 0 and data[:pos] == expected and not any(data[pos:])
 
 
