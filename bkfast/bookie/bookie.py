@@ -4,8 +4,9 @@ Owns: the rules of a bookie — master-key checks on first sight of a ledger and
 after, fencing (normal adds refused, recovery adds accepted), explicit LAC, reads including "the last
 entry" — and the order that makes acknowledged data durable: an add goes to ledger storage (memory),
 then to the journal, and is acknowledged only after its journal record is on disk. Also owns the
-checkpoint (take the journal mark, flush ledger storage, persist lastMark, trim old journals) and the
-replay of journals from lastMark at start-up.
+checkpoint (take every journal's mark, flush ledger storage, persist each journal's lastMark, trim old
+journals) and the replay of every journal from its own lastMark at start-up. With several journal
+directories each ledger's records all go to one journal, chosen as Java does (bookie/journals.py).
 
 Must never: touch sockets or import net/ (the server calls this class through its small callback
 interface), or acknowledge an add or fence before its journal record is durable (unless the operator
@@ -25,10 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bkfast.bookie import journal as journal_mod
-from bkfast.bookie import logmark
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
-from bkfast.bookie.journal import Journal
+from bkfast.bookie.journals import JournalSet
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import (
@@ -73,17 +73,22 @@ class Bookie:
         self.conf = conf
         self._dispatcher = dispatcher or _inline_dispatcher
         journal_dirs = conf.get("journalDirectories") or [conf.get("journalDirectory")]
-        self.journal_dir = Path(journal_dirs[0])
+        self.journal_dirs = [Path(d) for d in journal_dirs]
+        self.journal_dir = self.journal_dirs[0]
         self.ledger_dirs = [Path(d) for d in conf.get("ledgerDirectories")]
         self.index_dirs = [Path(d) for d in (conf.get("indexDirectories") or conf.get("ledgerDirectories"))]
-        for d in [self.journal_dir, *self.ledger_dirs, *self.index_dirs]:
+        # One journal per journal dir. A dir list that does not fit the lastMark files is refused
+        # (ConfigurationError) before anything is created or opened.
+        self.journals = JournalSet(self.journal_dirs, self.ledger_dirs, conf, self._on_journal_batch,
+                                   self._on_journal_error)
+        self.journals.check_dirs()
+        for d in [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs]:
             (d / CURRENT_DIR).mkdir(parents=True, exist_ok=True)
         # ledgerStorageClass -> DbLedgerStorage or the file-based index storage (Sorted/Interleaved);
         # anything else is a ConfigurationError naming the key.
         from bkfast.bookie.storage_factory import open_ledger_storage
 
         self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs)
-        self.journal: Journal | None = None
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
         self._ledger_lock = threading.Lock()
         # (scope, ledger) -> callbacks of fencing requests waiting for a fence record to be durable
@@ -105,7 +110,7 @@ class Bookie:
         self.shutdown_reason: str | None = None
         self.gc = GarbageCollector(self.storage, conf, ledger_exists_source)
         self.disk_checker = DiskChecker(
-            [self.journal_dir, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
+            [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
         if hasattr(self.storage, "set_error_listener"):
             self.storage.set_error_listener(self._note_io_error)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
@@ -113,14 +118,10 @@ class Bookie:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        """Replay journals from lastMark into ledger storage, then open a new journal and serve."""
-        mark = logmark.read_last_mark(self._ledger_dir_names())
-        log.info("bookie replaying journal %s from mark %s", self.journal_dir, mark)
-        journal_mod.replay(str(self.journal_dir), mark, self._replay_record,
-                           skip_invalid=self.conf.get("skipInvalidJournalRecord"))
+        """Replay every journal from its lastMark into ledger storage, then open new journals and serve."""
+        self.journals.replay(self._replay_record, skip_invalid=self.conf.get("skipInvalidJournalRecord"))
         log.info("bookie replayed %d journal records", self.replayed_records)
-        self.journal = Journal(str(self.journal_dir), self.conf, self._on_journal_batch, self._on_journal_error)
-        self.journal.start()
+        self.journals.start()
         # Everything replayed is now in ledger storage; checkpointing it makes the next start fast.
         self.checkpoint()
         self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, name="bookie-sync", daemon=True)
@@ -140,7 +141,7 @@ class Bookie:
         self._stop_checkpointing.set()
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
-        self.journal.stop()
+        self.journals.stop()
         self.checkpoint()
         self.storage.close()
         log.info("bookie stopped cleanly")
@@ -152,9 +153,10 @@ class Bookie:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _ledger_dir_names(self) -> list[str]:
-        # The lastMark helpers add `current/` themselves.
-        return [str(d) for d in self.ledger_dirs]
+    @property
+    def journal(self) -> JournalSet:
+        """All journals (summed counters, stop, sync observer): what metrics and tests see as one."""
+        return self.journals
 
     # --- journal plumbing --------------------------------------------------------------------------
     # Tokens are None for every record of a Journal.log_records call but its last: skipped here.
@@ -182,7 +184,8 @@ class Bookie:
         stored = self.storage.get_master_key(ledger_id, scope_id)
         if stored is None:
             self.storage.set_master_key(ledger_id, bytes(master_key), scope_id)
-            self.journal.log_record(journal_mod.master_key_record(ledger_id, master_key, scope_id), _ignore)
+            self.journals.for_ledger(ledger_id).log_record(
+                journal_mod.master_key_record(ledger_id, master_key, scope_id), _ignore)
         elif bytes(stored) != bytes(master_key):
             raise BKUnauthorizedAccessException(
                 f"wrong master key for ledger {ledger_id}" + (f" scope {scope_id}" if scope_id else ""))
@@ -205,7 +208,7 @@ class Bookie:
                 if not recovery and self.storage.is_fenced(ledger_id, scope_id):
                     raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                 self.storage.add_entry(entry)
-            self.journal.log_record(entry, callback, ack_before_sync=ack_before_sync)
+            self.journals.for_ledger(ledger_id).log_record(entry, callback, ack_before_sync=ack_before_sync)
         except BKError as error:
             self._fail(callback, error)
         except Exception as error:  # anything unexpected is an I/O error for the client, and logged
@@ -225,6 +228,8 @@ class Bookie:
         failures: list = []
         accepted: list[int] = []
         records: list = []
+        n_journals = len(self.journals)
+        which: list[int] | None = [] if n_journals > 1 else None   # each record's journal (several only)
         metrics = self.metrics
         read_only = self.read_only
         storage = self.storage
@@ -260,24 +265,41 @@ class Bookie:
                     continue
                 records.append(entry)
                 accepted.append(i)
+                if which is not None:
+                    which.append(ledger_id % n_journals)
         if metrics is not None:
             for _, error in failures:
                 metrics.add_failed(error)
         if not records:
             return failures
-        token_accepted = None if not failures else accepted
+        # [the accepted list callback gets (None: all), positions a journal refused (several journals)]
+        state: list = [None if not failures else accepted, None]
         if metrics is not None:
             timed = [metrics.timed_add(_noop) for _ in records]
 
-            def done(error, _timed=timed, _accepted=token_accepted):
-                for t in _timed:
-                    t(error)
-                callback(_accepted, error)
+            def done(error, _timed=timed, _state=state):
+                gone = _state[1]
+                for k, t in enumerate(_timed):
+                    if gone is None or k not in gone:
+                        t(error)
+                callback(_state[0], error)
         else:
-            def done(error, _accepted=token_accepted):
-                callback(_accepted, error)
+            def done(error, _state=state):
+                callback(_state[0], error)
+        if which is not None:
+            def on_refused(positions: list[int], error: BaseException) -> None:
+                # Called by log_split before the last share can complete: done() sees the narrowed list.
+                gone = state[1] = (state[1] or set()) | set(positions)
+                failures.extend((accepted[k], error) for k in positions)
+                state[0] = [a for k, a in enumerate(accepted) if k not in gone]
+                if metrics is not None:
+                    for _ in positions:
+                        metrics.add_failed(error)
+
+            self.journals.log_split(records, which, done, on_refused)
+            return failures
         try:
-            self.journal.log_records(records, done)
+            self.journals[0].log_records(records, done)
         except BKError as error:
             # Nothing was queued: every accepted add fails now (they stay in ledger storage unacknowledged,
             # as a single add whose journal enqueue fails).
@@ -297,7 +319,7 @@ class Bookie:
                 if newly_fenced:
                     log.info("fenced ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
                     self._fences_in_flight[key] = []
-                    self.journal.log_record(journal_mod.fence_record(ledger_id, scope_id),
+                    self.journals.for_ledger(ledger_id).log_record(journal_mod.fence_record(ledger_id, scope_id),
                                             lambda error: self._fence_durable(key, callback, error))
                     return
                 waiters = self._fences_in_flight.get(key)
@@ -323,13 +345,14 @@ class Bookie:
             with self._ledger_lock:
                 self._admit(scope_id, ledger_id, master_key)
                 self.storage.set_explicit_lac(ledger_id, bytes(lac_buffer), scope_id)
-            self.journal.log_record(journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback)
+            self.journals.for_ledger(ledger_id).log_record(
+                journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback)
         except BKError as error:
             self._fail(callback, error)
 
     def force_ledger(self, ledger_id: int, callback: Callback, scope_id: int = 0) -> None:
-        """Complete once every entry queued before this call is durable (FORCE_LEDGER)."""
-        self.journal.force(callback)
+        """Complete once every entry of the ledger queued before this call is durable (FORCE_LEDGER)."""
+        self.journals.for_ledger(ledger_id).force(callback)
 
     def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
         if not self.storage.ledger_exists(ledger_id, scope_id):
@@ -489,17 +512,18 @@ class Bookie:
 
     # --- checkpoint and replay ---------------------------------------------------------------------
     def checkpoint(self) -> tuple[int, int]:
-        """Mark, flush ledger storage, persist lastMark in every ledger dir, trim old journals."""
+        """Mark every journal, flush ledger storage, persist each journal's lastMark in every ledger dir,
+        trim old journals. Returns the first journal's mark ((0, 0) before start)."""
         with self._checkpoint_lock:
-            # The mark is taken first: every record before it is already in ledger storage's memory
-            # (storage is written before the journal), so the flush below covers all of them.
-            mark = self.journal.last_log_mark if self.journal is not None else None
+            # The marks are taken first: every record before a journal's mark is already in ledger
+            # storage's memory (storage is written before the journal), so the flush below covers all of
+            # them, and each journal's mark is only what that journal made durable.
+            marks = self.journals.marks()
             self.storage.checkpoint()
-            if mark is None:
+            if marks is None:
                 return (0, 0)
-            logmark.write_last_mark(self._ledger_dir_names(), mark)
-            self.journal.gc_journals(mark)
-            return tuple(mark)
+            self.journals.persist(marks)
+            return tuple(marks[0])
 
     def _checkpoint_loop(self) -> None:
         while not self._stop_checkpointing.wait(self._flush_interval_s):

@@ -7,7 +7,8 @@ clean shutdown on SIGTERM/SIGINT (stop accepting, let in-flight adds finish, flu
 Metadata (as a Java bookie does, in this order): connect to ZooKeeper (`metadataServiceUri`), check the
 cookies of every journal/ledger/index dir against ZooKeeper's (refuse to start on any difference, write
 them on a new bookie), start the Bookie, listen, then register `available/<bookieId>` (or
-`available/readonly/<bookieId>`). `--no-metadata` serves without any of this, for benchmarks and tests.
+`available/readonly/<bookieId>`). `--no-metadata` serves without ZooKeeper, for benchmarks and tests: it
+checks (and on a new bookie writes) only the cookie files in its directories.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def _free_port(host: str) -> int:
               help="Start read-only (same as -D forceReadOnlyBookie=true): adds get EREADONLY unless "
                    "they are recovery / high-priority adds.")
 @click.option("--no-metadata", "no_metadata", is_flag=True, default=False,
-              help="Serve without ZooKeeper: no cookie check, no registration (benchmarks, tests). "
+              help="Serve without ZooKeeper: cookie files in the directories only, no registration "
+                   "(benchmarks, tests). "
                    "Clients must be given this bookie's address directly.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO",
               show_default=True, help="Log level (DEBUG adds per-flush timings, slow journal batches, slow GC runs).")
@@ -142,7 +144,12 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
             meta.close()
             raise
     else:
-        log.warning("running without a metadata service (--no-metadata): no cookie check, not registered")
+        # Without ZooKeeper the cookie files alone guard the directories: a journal (or ledger) dir
+        # removed or added since the last start is refused, naming it.
+        from bkfast.meta import bookie_id, check_local_cookies
+
+        check_local_cookies(conf, bookie_id(conf))
+        log.warning("running without a metadata service (--no-metadata): local cookie check only, not registered")
     # A SIGTERM during journal replay must not kill the process half-way: note it, finish starting,
     # then stop cleanly (the handlers below take over once the server is up).
     early_signals: list[int] = []

@@ -6,6 +6,7 @@ from .cookies import (
     CookieError,
     CookieMismatchError,
     bookie_dirs,
+    check_local_cookies,
     check_or_create_cookies,
     cookie_for_conf,
     delete_zk_cookie,
@@ -41,7 +42,8 @@ from .zk_layout import (
 
 __all__ = [
     "COOKIE_LAYOUT_VERSION", "Cookie", "CookieError", "CookieMismatchError", "bookie_dirs",
-    "check_or_create_cookies", "cookie_for_conf", "delete_zk_cookie", "format_bookie", "read_cookie_file",
+    "check_local_cookies", "check_or_create_cookies", "cookie_for_conf", "delete_zk_cookie", "format_bookie",
+    "read_cookie_file",
     "read_zk_cookie", "write_cookie_file", "write_zk_cookie",
     "SCOPE_IDS_PROPERTY", "BookieIdInUseError", "BookieRegistration", "bookie_id", "bookie_service_info",
     "split_bookie_id",

@@ -3,6 +3,10 @@
 A cookie ties a bookie id to its journal/ledger/index directories and to the cluster's instance id.
 It is stored in ``<dir>/current/VERSION`` of every journal, ledger and index directory and in
 ``<root>/cookies/<bookieId>``. Blocking kazoo calls: use from a thread, not the reactor.
+
+A bookie without a metadata service (`bkfast bookie --no-metadata`) keeps only the files: its cookie has
+no instanceId, its directories are checked against them on every start (`check_local_cookies`), and the
+first start with a metadata service adopts them (writes the cluster's cookie everywhere).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ __all__ = [
     "Cookie", "CookieError", "CookieMismatchError", "COOKIE_LAYOUT_VERSION", "VERSION_FILENAME",
     "cookie_for_conf", "encode_dirs", "decode_dirs", "read_cookie_file", "write_cookie_file",
     "read_zk_cookie", "write_zk_cookie", "delete_zk_cookie", "check_or_create_cookies", "format_bookie",
-    "bookie_dirs",
+    "bookie_dirs", "check_local_cookies",
 ]
 
 COOKIE_LAYOUT_VERSION = 5
@@ -189,17 +193,35 @@ class Cookie:
             layout_version=version,
         )
 
-    def differences(self, other: "Cookie") -> list[str]:
-        """What differs, as ``"<field>: cookie says X, this bookie has Y"`` (self = stored, other = expected)."""
+    def differences(self, other: "Cookie", dirs_only: bool = False) -> list[str]:
+        """What differs, as ``"<field>: cookie says X, this bookie has Y"`` (self = stored, other = expected),
+        a changed journal dir list also naming the dirs missing from, or new in, the configuration.
+        `dirs_only`: compare the directory lists alone (a bookie without a metadata service)."""
         diffs = []
         for label, a, b in (("bookieId", self.bookie_id, other.bookie_id),
                             ("journalDirs", self.journal_dir_text, other.journal_dir_text),
                             ("ledgerDirs", self.ledger_dirs_text, other.ledger_dirs_text),
                             ("indexDirs", self.index_dirs_text, other.index_dirs_text),
                             ("instanceId", self.instance_id, other.instance_id)):
+            if dirs_only and label in ("bookieId", "instanceId"):
+                continue
             if a != b:
-                diffs.append(f"{label}: cookie says {a}, this bookie has {b}")
+                diff = f"{label}: cookie says {a}, this bookie has {b}"
+                if label == "journalDirs":
+                    diff += _journal_dir_change(self.journal_dirs, other.journal_dirs)
+                diffs.append(diff)
         return diffs
+
+
+def _journal_dir_change(stored, configured) -> str:
+    missing = [d for d in stored if d not in configured]
+    added = [d for d in configured if d not in stored]
+    parts = ([f"missing journal director{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)}"]
+             if missing else [])
+    parts += [f"new journal director{'y' if len(added) == 1 else 'ies'} {', '.join(added)}"] if added else []
+    if not parts:
+        return " (same directories, another order: each ledger's journal would change)"
+    return f" ({'; '.join(parts)}: a journal directory cannot be removed or added, its entries would be lost)"
 
 
 # -- configuration ---------------------------------------------------------------------------------------
@@ -325,6 +347,13 @@ def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
             write_cookie_file(d, expected)
         write_zk_cookie(zk, root, bookie_id, expected)
         return expected
+    if zk_entry is None and not missing and all(local[d].instance_id is None for d in have):
+        # Written by this bookie without a metadata service: adopt them if the directories still match.
+        _refuse_changed_dirs(bookie_id, {_version_path(d): local[d] for d in dirs}, expected)
+        for d in dirs:
+            write_cookie_file(d, expected)
+        write_zk_cookie(zk, root, bookie_id, expected)
+        return expected
     if zk_entry is None:
         raise CookieError(
             f"bookie {bookie_id}: directories {', '.join(have)} hold a cookie but ZooKeeper has none at "
@@ -346,6 +375,37 @@ def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
             problems.append(f"{where}: {diff}")
     if problems:
         raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
+    return expected
+
+
+def _refuse_changed_dirs(bookie_id: str, cookies: dict, expected: Cookie) -> None:
+    problems = [f"{where}: {diff}" for where, c in cookies.items() for diff in c.differences(expected, True)]
+    if problems:
+        raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
+
+
+def check_local_cookies(conf, bookie_id: str) -> Cookie:
+    """A bookie without a metadata service: the cookie files alone, directories only.
+
+    No cookie anywhere (a new bookie, or one from before cookies were kept without metadata): write one
+    (no instanceId) in every directory. Otherwise every cookie found must list this bookie's journal,
+    ledger and index directories (a Java bookie's cookies included); the bookie id and instance id are not
+    compared. A directory without a cookie next to ones with a cookie is refused: it is new or was wiped.
+    """
+    expected = cookie_for_conf(conf, bookie_id, None)
+    dirs = bookie_dirs(conf)
+    local = {d: read_cookie_file(d) for d in dirs}
+    have = {_version_path(d): c for d, c in local.items() if c is not None}
+    if not have:
+        for d in dirs:
+            write_cookie_file(d, expected)
+        return expected
+    _refuse_changed_dirs(bookie_id, have, expected)
+    missing = [d for d, c in local.items() if c is None]
+    if missing:
+        raise CookieError(f"bookie {bookie_id}: no cookie in directories {', '.join(missing)} (cookies found "
+                          f"in {', '.join(d for d, c in local.items() if c is not None)}): a new or wiped "
+                          "directory; restore it, or wipe the bookie")
     return expected
 
 

@@ -1,0 +1,184 @@
+"""The bookie's journals: one Journal per journal directory, and which ledger goes to which.
+
+Owns: the ledger -> journal rule (Java 4.16's `BookieImpl.getJournal`: journal number `ledgerId mod
+count`, in the order of journalDirectories; a scoped 128-bit ledger uses its 64-bit ledger id alone), the
+per-journal lastMark files (`lastMark` with one journal, `lastMark.<index>` with several, in every ledger
+dir), replaying every journal from its own mark, the marks a checkpoint persists, and splitting one batch
+of records over the journals with one completion for all of it.
+
+Every record of a ledger (master key, entries, fence, explicit LAC, force) goes to the same journal, so
+one journal's order is the ledger's order and replaying the journals one after another is correct.
+
+Must never: persist a mark that is not durable in its own journal, or take one journal's mark for another
+(each is taken, before the ledger storage flush, from the journal it names).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from bkfast.bookie import journal as journal_mod
+from bkfast.bookie import logmark
+from bkfast.bookie.journal import Journal
+from bkfast.bookie.logmark import LogMark
+from bkfast.errors import BKError
+
+log = logging.getLogger(__name__)
+
+
+def journal_index(ledger_id: int, journal_count: int) -> int:
+    """Which journal a ledger's records go to (Java's `MathUtils.signSafeMod(ledgerId, journals.size())`)."""
+    return ledger_id % journal_count
+
+
+class _Countdown:
+    """Calls `token(first error or None)` once `pending` completions came in, if any group was queued."""
+
+    __slots__ = ("_lock", "_pending", "_token", "_error", "_queued")
+
+    def __init__(self, pending: int, token):
+        self._lock = threading.Lock()
+        self._pending = pending
+        self._token = token
+        self._error = None
+        self._queued = False
+
+    def queued(self) -> None:
+        self._queued = True
+
+    def done(self, error=None) -> None:
+        with self._lock:
+            if error is not None and self._error is None:
+                self._error = error
+            self._pending -= 1
+            if self._pending:
+                return
+        if self._queued:
+            self._token(self._error)
+
+
+class JournalSet:
+    """The journals of one bookie, in journalDirectories order. `completion_sink` and `error_sink` are
+    shared by all of them (each journal calls them from its own thread)."""
+
+    def __init__(self, journal_dirs, ledger_dirs, conf, completion_sink: Callable[[list], object],
+                 error_sink: Callable[[list, BaseException], object]):
+        self.journal_dirs = [os.fspath(d) for d in journal_dirs]
+        self.ledger_dirs = [os.fspath(d) for d in ledger_dirs]
+        self.conf = conf
+        self.count = len(self.journal_dirs)
+        self.journals = [Journal(d, conf, completion_sink, error_sink) for d in self.journal_dirs]
+        self.started = False
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return iter(self.journals)
+
+    def __getitem__(self, index: int) -> Journal:
+        return self.journals[index]
+
+    def for_ledger(self, ledger_id: int) -> Journal:
+        return self.journals[ledger_id % self.count]
+
+    # --- lastMark and replay ----------------------------------------------------------------------
+    def _mark_index(self, index: int) -> int | None:
+        return logmark.journal_index_for(index, self.count)
+
+    def check_dirs(self) -> None:
+        """ConfigurationError if the lastMark copies were written by a bookie with other journal dirs."""
+        logmark.check_journal_count(self.ledger_dirs, self.journal_dirs)
+
+    def read_marks(self) -> list[LogMark]:
+        return [logmark.read_last_mark(self.ledger_dirs, self._mark_index(i)) for i in range(self.count)]
+
+    def replay(self, visitor: Callable[[bytes], object], skip_invalid: bool = False) -> list[LogMark]:
+        """Replay every journal from its own mark, one after another; return the positions reached."""
+        reached = []
+        for i, (journal_dir, mark) in enumerate(zip(self.journal_dirs, self.read_marks(), strict=True)):
+            log.info("bookie replaying journal %d (%s) from mark %s", i, journal_dir, tuple(mark))
+            reached.append(journal_mod.replay(journal_dir, mark, visitor, skip_invalid=skip_invalid))
+        return reached
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        for journal in self.journals:
+            journal.start()
+        self.started = True
+
+    def stop(self) -> None:
+        """Stop every journal (each writes and syncs what it has queued). Idempotent."""
+        for journal in self.journals:
+            journal.stop()
+
+    # --- checkpoint -------------------------------------------------------------------------------
+    def marks(self) -> list[LogMark] | None:
+        """Each journal's durable position now (None before start): take them BEFORE flushing storage."""
+        if not self.started:
+            return None
+        return [journal.last_log_mark for journal in self.journals]
+
+    def persist(self, marks: list[LogMark]) -> None:
+        """Write each journal's mark to its lastMark file in every ledger dir, then trim its old files."""
+        for i, mark in enumerate(marks):
+            logmark.write_last_mark(self.ledger_dirs, mark, self._mark_index(i))
+        for journal, mark in zip(self.journals, marks, strict=True):
+            journal.gc_journals(mark)
+
+    # --- several records at once ------------------------------------------------------------------
+    def log_split(self, records: list, which: list[int], token,
+                  on_refused: Callable[[list[int], BaseException], object]) -> None:
+        """Queue `records[k]` on journal `which[k]`, each journal's share with one log_records call.
+
+        `token(error)` runs once, when every queued share is durable (the first error, if any). A share a
+        journal refuses (queue full, journal stopped) is handed to `on_refused(positions, error)` at once
+        and never completes through `token`; when every share is refused, `token` never runs.
+        """
+        shares: dict[int, list[int]] = {}
+        for k, j in enumerate(which):
+            shares.setdefault(j, []).append(k)
+        # One extra count, released at the end, so that no share completes the token before all are queued.
+        countdown = _Countdown(len(shares) + 1, token)
+        for j, positions in shares.items():
+            try:
+                self.journals[j].log_records([records[k] for k in positions], countdown.done)
+            except BKError as error:
+                on_refused(positions, error)
+                countdown.done(None)
+            else:
+                countdown.queued()
+        countdown.done(None)
+
+    # --- counters, summed over the journals (admin metrics) --------------------------------------------
+    @property
+    def batch_count(self) -> int:
+        return sum(j.batch_count for j in self.journals)
+
+    @property
+    def sync_count(self) -> int:
+        return sum(j.sync_count for j in self.journals)
+
+    @property
+    def records_written(self) -> int:
+        return sum(j.records_written for j in self.journals)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(j.bytes_written for j in self.journals)
+
+    @property
+    def queue_length(self) -> int:
+        return sum(j.queue_length for j in self.journals)
+
+    @property
+    def sync_latency_observer(self):
+        return self.journals[0].sync_latency_observer
+
+    @sync_latency_observer.setter
+    def sync_latency_observer(self, observer) -> None:
+        for journal in self.journals:
+            journal.sync_latency_observer = observer
