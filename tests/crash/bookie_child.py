@@ -1,9 +1,11 @@
 """Crash-test child: runs a Bookie and adds entries until it is killed.
 
-    python -m tests.crash.bookie_child DATA_DIR SEED FIRST_LEDGER [STORAGE]
+    python -m tests.crash.bookie_child DATA_DIR SEED FIRST_LEDGER [STORAGE [JOURNALS]]
 
 STORAGE is "db" (DbLedgerStorage, the default), "sorted" (SortedLedgerStorage) or "interleaved"
-(InterleavedLedgerStorage).
+(InterleavedLedgerStorage). JOURNALS (default 1) is the number of journal directories; with more than
+one, the ledgers (consecutive ids) spread over all of them, and half of the adds go in batches through
+Bookie.add_entries (the server's path, split over the journals) instead of one by one.
 
 Adds entries of random size (1 B .. 64 KiB) to 20 ledgers with many adds in flight and prints one line
 per acknowledgement, `A <ledger> <entry> <sha256 of the stored entry>`, only after the bookie called
@@ -35,9 +37,15 @@ STORAGE_CLASSES = {
 }
 
 
-def crash_conf(data_dir: str, storage: str = "db") -> ServerConfiguration:
+def journal_dirs(data_dir: str, journals: int = 1) -> list[str]:
+    if journals == 1:
+        return [os.path.join(data_dir, "journal")]
+    return [os.path.join(data_dir, f"journal{i}") for i in range(journals)]
+
+
+def crash_conf(data_dir: str, storage: str = "db", journals: int = 1) -> ServerConfiguration:
     return ServerConfiguration({
-        "journalDirectories": [os.path.join(data_dir, "journal")],
+        "journalDirectories": journal_dirs(data_dir, journals),
         "ledgerDirectories": [os.path.join(data_dir, "ledgers")],
         "ledgerStorageClass": STORAGE_CLASSES[storage],
         "flushInterval": 100,
@@ -56,11 +64,12 @@ def crash_conf(data_dir: str, storage: str = "db") -> ServerConfiguration:
 def main() -> None:
     data_dir, seed, first_ledger = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     storage = sys.argv[4] if len(sys.argv) > 4 else "db"
+    journals = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     rng = random.Random(seed)
     out_lock = threading.Lock()
     in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
     key = master_key(PASSWORD)
-    bookie = Bookie(crash_conf(data_dir, storage))
+    bookie = Bookie(crash_conf(data_dir, storage, journals))
     bookie.start()
     print("S", flush=True)
 
@@ -74,6 +83,16 @@ def main() -> None:
     fenced_ledger = first_ledger + rng.randrange(LEDGERS)
     fence_after = rng.randrange(50, 400)
     adds = 0
+
+    def make_entry(ledger):
+        entry_id = next_entry[ledger]
+        next_entry[ledger] += 1
+        size = int(2 ** rng.uniform(0, 16))
+        lengths[ledger] += size
+        entry = encode_entry(ledger, entry_id, entry_id - 1, lengths[ledger], rng.randbytes(size),
+                             DigestType.CRC32C)
+        return entry_id, entry, hashlib.sha256(entry).hexdigest()
+
     while True:
         ledger = rng.choice(list(next_entry))
         if ledger == fenced_ledger and adds >= fence_after:
@@ -81,13 +100,26 @@ def main() -> None:
             say(f"F {ledger}")
             del next_entry[ledger]
             continue
-        entry_id = next_entry[ledger]
-        next_entry[ledger] += 1
-        size = int(2 ** rng.uniform(0, 16))
-        lengths[ledger] += size
-        entry = encode_entry(ledger, entry_id, entry_id - 1, lengths[ledger], rng.randbytes(size),
-                             DigestType.CRC32C)
-        digest = hashlib.sha256(entry).hexdigest()
+        if journals > 1 and rng.random() < 0.5:
+            # One network read's worth of adds over several ledgers (and so several journals).
+            batch = [(lg, *make_entry(lg)) for lg in rng.choices(list(next_entry), k=rng.randrange(2, 9))]
+            for _ in batch:
+                in_flight.acquire()
+
+            def batch_done(accepted, error, batch=batch):
+                done_ones = batch if accepted is None else [batch[i] for i in accepted]
+                for lg, entry_id, _, digest in done_ones:
+                    say(f"A {lg} {entry_id} {digest}" if error is None else f"E {lg} {entry_id} {error!r}")
+                for _ in done_ones:
+                    in_flight.release()
+
+            refused = bookie.add_entries([(entry, key, False, False) for _, _, entry, _ in batch], batch_done)
+            for i, error in refused:
+                say(f"E {batch[i][0]} {batch[i][1]} {error!r}")
+                in_flight.release()
+            adds += len(batch)
+            continue
+        entry_id, entry, digest = make_entry(ledger)
         in_flight.acquire()
 
         def done(error, ledger=ledger, entry_id=entry_id, digest=digest):

@@ -1,10 +1,12 @@
 """SIGKILL a bookie at random moments: every acknowledged entry, fence and master key survives.
 
 A child process (tests/crash/bookie_child.py) runs a real Bookie on real files, once per ledger storage
-(DbLedgerStorage, SortedLedgerStorage, InterleavedLedgerStorage), and
-prints each acknowledgement. The parent kills it with SIGKILL after a random delay — with frequent
-checkpoints, journal rolls and write-cache flushes going on — restarts a Bookie on the same directories
-and checks every entry acknowledged in that run (plus a sample of earlier runs) byte for byte.
+(DbLedgerStorage, SortedLedgerStorage, InterleavedLedgerStorage) with one journal directory, and for
+DbLedgerStorage and SortedLedgerStorage again with two journal directories (ledgers spread over both,
+single and batched adds), and prints each acknowledgement. The parent kills it with SIGKILL after a
+random delay — with frequent checkpoints, journal rolls and write-cache flushes going on — restarts a
+Bookie on the same directories and checks every entry acknowledged in that run (plus a sample of
+earlier runs) byte for byte.
 BKFAST_CRASH_ITERATIONS (per storage, default 30) and BKFAST_CRASH_SEED change the run.
 """
 
@@ -21,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from bkfast.bookie.bookie import Bookie
+from bkfast.bookie.journal import list_journal_ids
 from bkfast.codec import DigestType, encode_entry, master_key
 from bkfast.errors import BKLedgerFencedException, BKUnauthorizedAccessException
-from tests.crash.bookie_child import PASSWORD, STORAGE_CLASSES, crash_conf
+from tests.crash.bookie_child import PASSWORD, STORAGE_CLASSES, crash_conf, journal_dirs
 
 ITERATIONS = int(os.environ.get("BKFAST_CRASH_ITERATIONS", "30"))
 SEED = int(os.environ.get("BKFAST_CRASH_SEED", "20261123"))
@@ -32,9 +35,10 @@ KEY = master_key(PASSWORD)
 
 
 def run_child_until_killed(data_dir: Path, seed: int, first_ledger: int, kill_after: float,
-                           storage: str) -> list[str]:
+                           storage: str, journals: int = 1) -> list[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash.bookie_child", str(data_dir), str(seed), str(first_ledger), storage],
+        [sys.executable, "-m", "tests.crash.bookie_child", str(data_dir), str(seed), str(first_ledger), storage,
+         str(journals)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     lines: list[str] = []
     started = threading.Event()
@@ -64,8 +68,9 @@ def run_child_until_killed(data_dir: Path, seed: int, first_ledger: int, kill_af
     return lines
 
 
-@pytest.mark.parametrize("storage", sorted(STORAGE_CLASSES))
-def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage):
+@pytest.mark.parametrize(("storage", "journals"),
+                         [*((s, 1) for s in sorted(STORAGE_CLASSES)), ("db", 2), ("sorted", 2)])
+def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage, journals):
     iterations = ITERATIONS
     rng = random.Random(SEED)
     acked: dict[tuple[int, int], str] = {}
@@ -73,7 +78,7 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage):
     for iteration in range(iterations):
         first_ledger = 1 + iteration * 100
         lines = run_child_until_killed(tmp_path, rng.randrange(2**31), first_ledger, rng.uniform(0.05, 1.5),
-                                       storage)
+                                       storage, journals)
         this_run = {}
         for line in lines:
             kind, *fields = line.split()
@@ -84,7 +89,7 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage):
         earlier = rng.sample(sorted(acked), min(200, len(acked)))
         acked.update(this_run)
 
-        bookie = Bookie(crash_conf(str(tmp_path), storage))
+        bookie = Bookie(crash_conf(str(tmp_path), storage, journals))
         bookie.start()
         try:
             for ledger_entry in [*this_run, *earlier]:
@@ -110,3 +115,7 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage):
         finally:
             bookie.stop()
     assert len(acked) > iterations * 10, "the children acknowledged suspiciously few entries"
+    if journals > 1:   # every journal was written to and has its own mark
+        for i, journal_dir in enumerate(journal_dirs(str(tmp_path), journals)):
+            assert list_journal_ids(journal_dir), f"journal {journal_dir} was never written"
+            assert (tmp_path / "ledgers" / "current" / f"lastMark.{i}").stat().st_size == 16
