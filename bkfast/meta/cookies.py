@@ -379,9 +379,14 @@ def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
 
 
 def _refuse_changed_dirs(bookie_id: str, cookies: dict, expected: Cookie) -> None:
-    problems = [f"{where}: {diff}" for where, c in cookies.items() for diff in c.differences(expected, True)]
-    if problems:
-        raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
+    """One line: each distinct difference once, then the cookie files that show it."""
+    found: dict[str, list[str]] = {}
+    for where, c in cookies.items():
+        for diff in c.differences(expected, dirs_only=True):
+            found.setdefault(diff, []).append(where)
+    if found:
+        raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch: " + "; ".join(
+            f"{diff} [{', '.join(places)}]" for diff, places in found.items()))
 
 
 def check_local_cookies(conf, bookie_id: str) -> Cookie:
