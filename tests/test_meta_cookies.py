@@ -12,6 +12,7 @@ from bkfast.meta import (
     Cookie,
     CookieError,
     CookieMismatchError,
+    check_local_cookies,
     check_or_create_cookies,
     format_bookie,
     init_new_cluster,
@@ -181,3 +182,31 @@ def test_format_bookie(cluster, tmp_path):
     check_or_create_cookies(zk, "/ledgers", conf, BID)
     # formatting an empty bookie needs no --force
     format_bookie(zk, "/ledgers", _conf(tmp_path / "fresh"), "1.2.3.4:1", force=False)
+
+
+@pytest.mark.zookeeper
+def test_check_names_a_removed_or_added_journal_dir(cluster, tmp_path):
+    zk, _ = cluster
+    j1, j2 = tmp_path / "j1", tmp_path / "j2"
+    check_or_create_cookies(zk, "/ledgers", _conf(tmp_path, journalDirectories=f"{j1},{j2}"), BID)
+    with pytest.raises(CookieMismatchError, match=f"missing journal directory {j2}"):
+        check_or_create_cookies(zk, "/ledgers", _conf(tmp_path, journalDirectories=str(j1)), BID)
+    with pytest.raises(CookieMismatchError, match=f"new journal directory {tmp_path / 'j3'}"):
+        check_or_create_cookies(zk, "/ledgers", _conf(tmp_path, journalDirectories=f"{j1},{j2},{tmp_path / 'j3'}"),
+                                BID)
+
+
+@pytest.mark.zookeeper
+def test_cookies_of_a_bookie_run_without_metadata_are_checked_then_adopted(cluster, tmp_path):
+    zk, iid = cluster
+    conf = _conf(tmp_path)
+    standalone = check_local_cookies(conf, "127.0.0.1:4000")       # first start: written, no instanceId
+    assert read_cookie_file(str(tmp_path / "j")) == standalone and standalone.instance_id is None
+    assert check_local_cookies(conf, "127.0.0.1:4001") == standalone.__class__(
+        "127.0.0.1:4001", standalone.journal_dirs, standalone.ledger_dirs)   # another port: dirs only
+    with pytest.raises(CookieMismatchError, match="ledgerDirs: cookie says"):
+        check_local_cookies(_conf(tmp_path, ledgerDirectories=str(tmp_path / "l2")), "127.0.0.1:4000")
+    # the first start with ZooKeeper adopts the directories
+    c = check_or_create_cookies(zk, "/ledgers", conf, BID)
+    assert c.instance_id == iid and read_cookie_file(str(tmp_path / "l")) == c
+    assert read_zk_cookie(zk, "/ledgers", BID)[0] == c

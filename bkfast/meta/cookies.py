@@ -364,17 +364,18 @@ def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
             f"bookie {bookie_id}: ZooKeeper has a cookie at {_zk_cookie_path(root, bookie_id)} but none of its "
             f"directories ({', '.join(dirs)}) has one (data lost or directories changed); "
             "recover the directories or run `bkfast shell bookieformat` and re-replicate")
-    if missing:
-        raise CookieError(f"bookie {bookie_id}: no cookie in directories {', '.join(missing)} "
-                          f"(cookies found in {', '.join(have)})")
     problems = []
     zk_cookie, _ = zk_entry
+    # Differences first: a directory added to the configuration has no cookie, and the mismatch names it.
     for where, c in [(f"ZooKeeper {_zk_cookie_path(root, bookie_id)}", zk_cookie)] + \
-            [(_version_path(d), local[d]) for d in dirs]:
+            [(_version_path(d), local[d]) for d in have]:
         for diff in c.differences(expected):
             problems.append(f"{where}: {diff}")
     if problems:
         raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
+    if missing:
+        raise CookieError(f"bookie {bookie_id}: no cookie in directories {', '.join(missing)} "
+                          f"(cookies found in {', '.join(have)})")
     return expected
 
 
