@@ -493,3 +493,16 @@ def test_bench_journal_cli_prints_the_json_summary(tmp_path):
         assert isinstance(out[key], float), key
     assert out["records"] > 0 and out["records_per_s"] > 0 and out["baseline_ratio"] > 0
     assert os.listdir(tmp_path) == []                          # its temporary directory is removed
+
+
+def test_bench_journal_cli_runs_one_journal_per_dir(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    result = CliRunner().invoke(main, ["bench", "journal", "--duration", "1", "--json", "--entry-size", "512",
+                                       "--dir", str(dirs[0]), "--dir", str(dirs[1])])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["journal_dirs"] == 2 and out["records"] > 0 and out["baseline_ratio"] is None
+    assert out["syncs"] >= 2 and isinstance(out["p99_ms"], float)
+    assert all(os.listdir(d) == [] for d in dirs)
+    refused = CliRunner().invoke(main, ["bench", "journal", "--baseline", "--dir", str(dirs[0]), "--dir", str(dirs[1])])
+    assert refused.exit_code != 0 and "give one --dir" in refused.output

@@ -3,10 +3,12 @@
 Owns: `bkfast bench journal`, BookKeeper's `bkperf journal append` for bkfast's journal. One producer
 thread appends entries as fast as the journal takes them (journalQueueSize bounds what is in flight);
 the journal's completion sink only records (time, first token, count), so the measurement costs the
-journal thread nothing per record. Reports records/s, MB/s (entry bytes) and add latency (enqueue ->
-completion) percentiles every few seconds and at the end. `--baseline` then writes the same bytes with
-the same batching and fdatasync from plain Python (os.writev + os.fdatasync) in this process and prints
-journal/baseline.
+journal thread nothing per record. With several `--dir`s there is one journal per dir, as in a bookie
+with several journalDirectories, and the producer sends each entry to the journal of its ledger
+(ledger mod number of dirs, the bookie's rule); the figures are over all journals. Reports records/s,
+MB/s (entry bytes) and add latency (enqueue -> completion) percentiles every few seconds and at the end.
+`--baseline` (one dir) then writes the same bytes with the same batching and fdatasync from plain Python
+(os.writev + os.fdatasync) in this process and prints journal/baseline.
 
 Must never: write outside its own temporary directory under --dir (removed at the end), or change
 interpreter-wide settings unless asked (--switch-interval-ms).
@@ -76,59 +78,98 @@ def _latencies(batches: list, enqueued: array, limit: int) -> list[float]:
 
 
 class _Run:
-    """One journal run: producer thread, completion bookkeeping, periodic reports."""
+    """One run over one or more journals: producer thread, completion bookkeeping, periodic reports.
 
-    def __init__(self, work_dir: str, conf: ServerConfiguration, pool: list[bytes]):
+    Each journal has its own token sequence (0, 1, 2, ...) and enqueue-time array, so that each of its
+    batches is a contiguous run of its tokens.
+    """
+
+    def __init__(self, work_dirs: list[str], conf: ServerConfiguration, pool: list[bytes], ledgers: int):
         self.pool = pool
-        self.enqueued = array("d")
-        self.batches: list[tuple[float, int, int]] = []     # (completion time, first token, count)
+        n = len(work_dirs)
+        # Journal of each pool record: the pool is round robin over the ledgers (record i: ledger i % ledgers).
+        self.route = [(i % ledgers) % n for i in range(len(pool))]
+        self.enqueued = [array("d") for _ in work_dirs]
+        # per journal: (completion time, first token, count)
+        self.batches: list[list[tuple[float, int, int]]] = [[] for _ in work_dirs]
         self.errors: list[BaseException] = []
         self.stop_producing = threading.Event()
-        self.journal = Journal(work_dir, conf, self._done, self._failed)
+        self.journals = [Journal(d, conf, self._sink(j), self._failed) for j, d in enumerate(work_dirs)]
 
-    def _done(self, tokens: list) -> None:
-        # Tokens are sequence numbers and each batch is a contiguous run of them: O(1) per batch.
-        self.batches.append((time.perf_counter(), tokens[0], len(tokens)))
+    def _sink(self, j: int):
+        batches = self.batches[j]
+
+        def done(tokens: list) -> None:
+            # Tokens are this journal's sequence numbers, each batch a contiguous run of them: O(1).
+            batches.append((time.perf_counter(), tokens[0], len(tokens)))
+        return done
+
+    @property
+    def all_batches(self) -> list[tuple[float, int, int]]:
+        return [b for batches in self.batches for b in batches]
+
+    @property
+    def batch_count(self) -> int:
+        return sum(j.batch_count for j in self.journals)
+
+    @property
+    def sync_count(self) -> int:
+        return sum(j.sync_count for j in self.journals)
 
     def _failed(self, tokens: list, exc: BaseException) -> None:
         self.errors.append(exc)
         self.stop_producing.set()
 
     def produce(self) -> None:
-        pool, n_pool = self.pool, len(self.pool)
-        log, now, stamp = self.journal.log_record, time.perf_counter, self.enqueued.append
+        pool, n_pool, route = self.pool, len(self.pool), self.route
+        now = time.perf_counter
+        logs = [j.log_record for j in self.journals]
+        stamps = [e.append for e in self.enqueued]
+        tokens = [0] * len(logs)
         seq = 0
         try:
             while not self.stop_producing.is_set():
                 for _ in range(256):
-                    stamp(now())
-                    log(pool[seq % n_pool], seq)
+                    i = seq % n_pool
+                    j = route[i]
+                    stamps[j](now())
+                    logs[j](pool[i], tokens[j])
+                    tokens[j] += 1
                     seq += 1
         except Exception as exc:  # e.g. the journal failed: the run reports it
             self.errors.append(exc)
-            del self.enqueued[seq:]
+            for j, enqueued in enumerate(self.enqueued):
+                del enqueued[tokens[j]:]
+
+    def latencies(self, fresh: list[list], limit: int) -> list[float]:
+        out: list[float] = []
+        for j, batches in enumerate(fresh):
+            out.extend(_latencies(batches, self.enqueued[j], max(1, limit // len(fresh))))
+        return out
 
     def run(self, duration: float, report_every: float, report) -> float:
-        self.journal.start()
+        for journal in self.journals:
+            journal.start()
         producer = threading.Thread(target=self.produce, name="bench-producer", daemon=True)
         start = time.perf_counter()
         producer.start()
-        seen, last_t = 0, start
+        seen, last_t = [0] * len(self.journals), start
         while True:
             left = start + duration - time.perf_counter()
             if left <= 0 or self.stop_producing.wait(min(report_every, left)):
                 break
             now = time.perf_counter()
-            fresh = self.batches[seen:]
-            seen += len(fresh)
+            fresh = [batches[seen[j]:] for j, batches in enumerate(self.batches)]
+            seen = [seen[j] + len(f) for j, f in enumerate(fresh)]
             if report is not None:
-                count = sum(c for _, _, c in fresh)
-                stats = _percentiles(_latencies(fresh, self.enqueued, 20_000))
-                report(now - start, count / (now - last_t), len(self.batches), self.journal.sync_count, stats)
+                count = sum(c for f in fresh for _, _, c in f)
+                stats = _percentiles(self.latencies(fresh, 20_000))
+                report(now - start, count / (now - last_t), sum(seen), self.sync_count, stats)
             last_t = now
         self.stop_producing.set()
         producer.join()
-        self.journal.stop()
+        for journal in self.journals:
+            journal.stop()
         return start
 
 
@@ -180,36 +221,51 @@ def _baseline(path: str, pool: list[bytes], batch_sizes: list[int], align: int, 
     return {"records": seq, "elapsed_s": elapsed, "io_s": io_s}
 
 
-def run_journal_bench(directory: str, entry_size: int = 1024, ledgers: int = 10, duration: float = 10.0,
-                      group_wait_ms: int = 2, group_bytes: int = 524288, sync: bool = True,
+def run_journal_bench(directory: str | list[str], entry_size: int = 1024, ledgers: int = 10,
+                      duration: float = 10.0, group_wait_ms: int = 2, group_bytes: int = 524288, sync: bool = True,
                       baseline: bool = False, report_every: float = 2.0, report=None) -> dict:
-    """Run the benchmark; return the summary dict (see `bkfast bench journal --help`)."""
+    """Run the benchmark; return the summary dict (see `bkfast bench journal --help`).
+
+    `directory`: one dir, or a list of them (one journal each, ledgers spread over them as in a bookie).
+    """
+    directories = [directory] if isinstance(directory, str) else list(directory)
     if baseline and not sync:
         raise click.ClickException("--baseline compares fdatasync'ed batches; drop --no-sync")
+    if baseline and len(directories) > 1:
+        raise click.ClickException("--baseline compares one journal with plain Python; give one --dir")
+    if len(set(directories)) != len(directories):
+        raise click.ClickException(f"--dir given twice: {', '.join(directories)}")
+    if ledgers < len(directories):
+        raise click.ClickException(f"--ledgers {ledgers} leaves journals idle: give at least one per --dir")
     conf = ServerConfiguration({"journalMaxGroupWaitMSec": group_wait_ms,
                                 "journalBufferedWritesThreshold": group_bytes,
                                 "journalSyncData": sync})
-    os.makedirs(directory, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="bkfast-bench-journal-", dir=directory)
+    works = []
     try:
+        for d in directories:
+            os.makedirs(d, exist_ok=True)
+            works.append(tempfile.mkdtemp(prefix="bkfast-bench-journal-", dir=d))
+        work = works[0]
         pool = _records(entry_size, ledgers)
-        run = _Run(work, conf, pool)
+        run = _Run(works, conf, pool, ledgers)
         start = run.run(duration, report_every, report)
         if run.errors:
             raise click.ClickException(f"journal failed during the run: {run.errors[0]}")
-        records = sum(c for _, _, c in run.batches)
-        elapsed = (run.batches[-1][0] if run.batches else time.perf_counter()) - start
+        batches = run.all_batches
+        records = sum(c for _, _, c in batches)
+        elapsed = (max(t for t, _, _ in batches) if batches else time.perf_counter()) - start
         result = {
             "entry_size": entry_size, "ledgers": ledgers, "duration_s": round(elapsed, 3),
+            "journal_dirs": len(directories),
             "sync": sync, "group_wait_ms": group_wait_ms, "group_bytes": group_bytes,
-            "records": records, "batches": run.journal.batch_count, "syncs": run.journal.sync_count,
+            "records": records, "batches": run.batch_count, "syncs": run.sync_count,
             "records_per_s": round(records / elapsed, 1) if elapsed > 0 else 0.0,
             "mb_per_s": round(records * entry_size / elapsed / 1e6, 2) if elapsed > 0 else 0.0,
-            **_percentiles(_latencies(run.batches, run.enqueued, _MAX_SAMPLES)),
+            **_percentiles(run.latencies(run.batches, _MAX_SAMPLES)),
             "baseline_ratio": None,
         }
         if baseline and records:
-            sizes = [c for _, _, c in run.batches]
+            sizes = [c for _, _, c in batches]
             shutil.rmtree(work)
             os.makedirs(work)
             step = max(conf.journal_alignment_size, conf.journal_pre_alloc_size_mb * _MiB)
@@ -226,12 +282,14 @@ def run_journal_bench(directory: str, entry_size: int = 1024, ledgers: int = 10,
             })
         return result
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for w in works:
+            shutil.rmtree(w, ignore_errors=True)
 
 
 @bench.command("journal")
-@click.option("--dir", "directory", default=tempfile.gettempdir(), show_default=True,
-              help="Directory on the disk to test (a temporary subdirectory is used and removed).")
+@click.option("--dir", "directories", multiple=True, default=[tempfile.gettempdir()], show_default=True,
+              help="Directory on the disk to test (a temporary subdirectory is used and removed). Repeat it "
+                   "for one journal per dir, as a bookie with several journalDirectories.")
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(1, 64 * _MiB),
               help="Bytes per entry.")
 @click.option("--ledgers", default=10, show_default=True, type=click.IntRange(1),
@@ -249,7 +307,7 @@ def run_journal_bench(directory: str, entry_size: int = 1024, ledgers: int = 10,
 @click.option("--switch-interval-ms", type=click.FloatRange(0.01), default=None,
               help="Set sys.setswitchinterval for the run (default: leave the interpreter's).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the summary, as one JSON object.")
-def journal(directory, entry_size, ledgers, duration, group_wait_ms, group_bytes, no_sync, baseline,
+def journal(directories, entry_size, ledgers, duration, group_wait_ms, group_bytes, no_sync, baseline,
             report_every, switch_interval_ms, as_json) -> None:
     """Append entries to a journal as fast as it takes them (like `bkperf journal append`)."""
     def report(t, rps, batches, syncs, stats):
@@ -262,14 +320,15 @@ def journal(directory, entry_size, ledgers, duration, group_wait_ms, group_bytes
     if switch_interval_ms is not None:
         sys.setswitchinterval(switch_interval_ms / 1000.0)
     try:
-        result = run_journal_bench(directory, entry_size, ledgers, duration, group_wait_ms, group_bytes,
+        result = run_journal_bench(list(directories), entry_size, ledgers, duration, group_wait_ms, group_bytes,
                                    not no_sync, baseline, report_every, None if as_json else report)
     finally:
         sys.setswitchinterval(old_interval)
     if as_json:
         click.echo(json.dumps(result, sort_keys=True))
         return
-    click.echo(f"summary: {result['records']:,} records in {result['duration_s']:.2f} s, "
+    click.echo(f"summary: {result['records']:,} records in {result['duration_s']:.2f} s over "
+               f"{result['journal_dirs']} journal{'s' if result['journal_dirs'] > 1 else ''}, "
                f"{result['batches']:,} batches, {result['syncs']:,} syncs")
     click.echo(f"  {result['records_per_s']:,.0f} rec/s  {result['mb_per_s']:.1f} MB/s  "
                f"p50 {result['p50_ms']} p95 {result['p95_ms']} p99 {result['p99_ms']} "
