@@ -1,7 +1,7 @@
 """Issue 4's bookie benchmark targets, each run N times against a fresh `bkfast bookie`; medians.
 
     .venv/bin/python bench/server_targets.py [--runs 3] [--cases 1k,16k,rate,lat,latq] [--dir /tmp/x]
-        [--conf KEY=VALUE ...]
+        [--conf KEY=VALUE ...] [--journals N | --journal-dir DIR --journal-dir DIR ...]
 
 Cases: 1k (200,000 x 1 KiB, 10,000 outstanding), 16k (same shape, 16 KiB), 16k-nosync (diagnostic:
 journalSyncData=false), rate (open loop 50,000/s 1 KiB), lat (one at a time), latq (one at a time,
@@ -10,6 +10,10 @@ add, the load generator's CPU, and the load average before the run. Each run sta
 fresh bookie (DbLedgerStorage, journal sync on, the flags of tests/server_support.py) in a new temp dir
 on the same file system as --dir, and removes it afterwards. Prints one JSON line per run and a summary
 with the load average.
+
+Journal directories (journalDirectories): one inside the run's dir by default; `--journals N` puts N of
+them there (the same disk); `--journal-dir DIR` (repeatable) puts one in a fresh temp dir under each DIR
+(a dedicated journal disk each), removed after the run.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from bkfast.cli.local_cluster import LocalBookie
 from bkfast.conf import DEFAULT_DB_STORAGE_CACHE_MB
 
 REPO = Path(__file__).resolve().parent.parent
-BKFAST = str(REPO / ".venv" / "bin" / "bkfast")
+# The load generator runs from this interpreter (and so the bkfast it imports), as the bookie does.
+BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
 # The bookie's own cache defaults (LocalBookie's are smaller, for tests and sandboxes).
 # diskUsageThreshold: the benchmark host's disk is shared and often > 95 % used (statvfs f_bavail); a
 # run writes ~6 GB and is deleted afterwards, so it must not turn the bookie read-only mid-run.
@@ -59,16 +64,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_case(name: str, base: Path, conf_overrides: dict | None = None) -> dict:
+def journal_dirs_for(data_dir: Path, journals: int, journal_bases: list[str]) -> list[Path]:
+    if journal_bases:
+        return [Path(tempfile.mkdtemp(prefix="bkfast-targets-journal-", dir=b)) for b in journal_bases]
+    if journals == 1:
+        return [data_dir / "journal"]
+    return [data_dir / f"journal{i}" for i in range(journals)]
+
+
+def run_case(name: str, base: Path, conf_overrides: dict | None = None, journals: int = 1,
+             journal_bases: list[str] | None = None) -> dict:
     bench_args, bookie_args, phase = CASES[name]
     data_dir = Path(tempfile.mkdtemp(prefix=f"bkfast-targets-{name}-", dir=base))
-    conf = {**DEFAULT_BOOKIE_CONF, **(conf_overrides or {})}
+    jdirs = journal_dirs_for(data_dir, journals, journal_bases or [])
+    conf = {**DEFAULT_BOOKIE_CONF, "journalDirectories": ",".join(map(str, jdirs)), **(conf_overrides or {})}
     bookie = LocalBookie(data_dir, 0, extra_conf=conf, extra_args=list(bookie_args)).start()
     proc, port = bookie.proc, bookie.port
     try:
         cpu0 = cpu_seconds(proc.pid)
         t0 = os.times()
-        out = subprocess.run([BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", *bench_args],
+        out = subprocess.run([*BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", *bench_args],
                              capture_output=True, text=True, timeout=900)
         t1 = os.times()
         loadgen_cpu = (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
@@ -80,8 +95,11 @@ def run_case(name: str, base: Path, conf_overrides: dict | None = None) -> dict:
     finally:
         bookie.stop(60)
         shutil.rmtree(data_dir, ignore_errors=True)
+        for d in jdirs:
+            shutil.rmtree(d, ignore_errors=True)
     r = doc[phase]
-    return {"case": name, "adds_per_s": r["adds_per_s"], "mb_per_s": r.get("mb_per_s"), "mean_ms": r["mean_ms"],
+    return {"case": name, "journal_dirs": len(jdirs), "adds_per_s": r["adds_per_s"], "mb_per_s": r.get("mb_per_s"),
+            "mean_ms": r["mean_ms"],
             "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "p999_ms": r["p999_ms"], "errors": doc["errors"],
             "loadgen_cpu_s": round(loadgen_cpu, 2),
             "bookie_cpu_us_per_add": round(cpu * 1e6 / max(1, r.get("count") or doc_count(doc, phase)), 2)}
@@ -101,7 +119,12 @@ def main() -> None:
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="bookie configuration override (repeatable), e.g. journalDirectWrites=false")
+    ap.add_argument("--journals", type=int, default=1, help="journal directories inside each run's dir")
+    ap.add_argument("--journal-dir", action="append", default=[], metavar="DIR",
+                    help="a journal directory under DIR (repeatable: one journal per DIR, e.g. per disk)")
     args = ap.parse_args()
+    if args.journals < 1:
+        ap.error("--journals must be at least 1")
     overrides = dict(kv.split("=", 1) for kv in args.conf)
     base = Path(args.dir)
     summary = {}
@@ -109,7 +132,7 @@ def main() -> None:
         runs = []
         for _ in range(args.runs):
             load = open("/proc/loadavg").read().split()[0]
-            r = run_case(name, base, overrides)
+            r = run_case(name, base, overrides, args.journals, args.journal_dir)
             r["load_before"] = float(load)
             print(json.dumps(r), flush=True)
             runs.append(r)
