@@ -1,7 +1,7 @@
 """Issue 4's bookie benchmark targets, each run N times against a fresh `bkfast bookie`; medians.
 
     .venv/bin/python bench/server_targets.py [--runs 3] [--cases 1k,16k,rate,lat,latq] [--dir /tmp/x]
-        [--conf KEY=VALUE ...] [--journals N | --journal-dir DIR --journal-dir DIR ...]
+        [--conf KEY=VALUE ...] [--journals N | --journal-dir DIR --journal-dir DIR ...] [--ledgers N]
 
 Cases: 1k (200,000 x 1 KiB, 10,000 outstanding), 16k (same shape, 16 KiB), 16k-nosync (diagnostic:
 journalSyncData=false), rate (open loop 50,000/s 1 KiB), lat (one at a time), latq (one at a time,
@@ -13,7 +13,9 @@ with the load average.
 
 Journal directories (journalDirectories): one inside the run's dir by default; `--journals N` puts N of
 them there (the same disk); `--journal-dir DIR` (repeatable) puts one in a fresh temp dir under each DIR
-(a dedicated journal disk each), removed after the run.
+(a dedicated journal disk each), removed after the run. A ledger's adds all go to one journal (ledger id
+mod the number of journals), so compare journal counts with `--ledgers` of at least that many (the
+adds are spread round robin over the ledgers; default 1 ledger).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from pathlib import Path
 from bkfast.cli.local_cluster import LocalBookie
 from bkfast.conf import DEFAULT_DB_STORAGE_CACHE_MB
 
-REPO = Path(__file__).resolve().parent.parent
 # The load generator runs from this interpreter (and so the bkfast it imports), as the bookie does.
 BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
 # The bookie's own cache defaults (LocalBookie's are smaller, for tests and sandboxes).
@@ -73,7 +74,7 @@ def journal_dirs_for(data_dir: Path, journals: int, journal_bases: list[str]) ->
 
 
 def run_case(name: str, base: Path, conf_overrides: dict | None = None, journals: int = 1,
-             journal_bases: list[str] | None = None) -> dict:
+             journal_bases: list[str] | None = None, ledgers: int = 1) -> dict:
     bench_args, bookie_args, phase = CASES[name]
     data_dir = Path(tempfile.mkdtemp(prefix=f"bkfast-targets-{name}-", dir=base))
     jdirs = journal_dirs_for(data_dir, journals, journal_bases or [])
@@ -83,7 +84,8 @@ def run_case(name: str, base: Path, conf_overrides: dict | None = None, journals
     try:
         cpu0 = cpu_seconds(proc.pid)
         t0 = os.times()
-        out = subprocess.run([*BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", *bench_args],
+        out = subprocess.run([*BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json",
+                              "--ledgers", str(ledgers), *bench_args],
                              capture_output=True, text=True, timeout=900)
         t1 = os.times()
         loadgen_cpu = (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
@@ -98,8 +100,8 @@ def run_case(name: str, base: Path, conf_overrides: dict | None = None, journals
         for d in jdirs:
             shutil.rmtree(d, ignore_errors=True)
     r = doc[phase]
-    return {"case": name, "journal_dirs": len(jdirs), "adds_per_s": r["adds_per_s"], "mb_per_s": r.get("mb_per_s"),
-            "mean_ms": r["mean_ms"],
+    return {"case": name, "journal_dirs": len(jdirs), "ledgers": ledgers, "adds_per_s": r["adds_per_s"],
+            "mb_per_s": r.get("mb_per_s"), "mean_ms": r["mean_ms"],
             "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "p999_ms": r["p999_ms"], "errors": doc["errors"],
             "loadgen_cpu_s": round(loadgen_cpu, 2),
             "bookie_cpu_us_per_add": round(cpu * 1e6 / max(1, r.get("count") or doc_count(doc, phase)), 2)}
@@ -122,6 +124,7 @@ def main() -> None:
     ap.add_argument("--journals", type=int, default=1, help="journal directories inside each run's dir")
     ap.add_argument("--journal-dir", action="append", default=[], metavar="DIR",
                     help="a journal directory under DIR (repeatable: one journal per DIR, e.g. per disk)")
+    ap.add_argument("--ledgers", type=int, default=1, help="ledgers the adds are spread over (bench bookie)")
     args = ap.parse_args()
     if args.journals < 1:
         ap.error("--journals must be at least 1")
@@ -132,7 +135,7 @@ def main() -> None:
         runs = []
         for _ in range(args.runs):
             load = open("/proc/loadavg").read().split()[0]
-            r = run_case(name, base, overrides, args.journals, args.journal_dir)
+            r = run_case(name, base, overrides, args.journals, args.journal_dir, args.ledgers)
             r["load_before"] = float(load)
             print(json.dumps(r), flush=True)
             runs.append(r)
