@@ -319,8 +319,9 @@ class Bookie:
                 if newly_fenced:
                     log.info("fenced ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
                     self._fences_in_flight[key] = []
-                    self.journals.for_ledger(ledger_id).log_record(journal_mod.fence_record(ledger_id, scope_id),
-                                            lambda error: self._fence_durable(key, callback, error))
+                    self.journals.for_ledger(ledger_id).log_record(
+                        journal_mod.fence_record(ledger_id, scope_id),
+                        lambda error: self._fence_durable(key, callback, error))
                     return
                 waiters = self._fences_in_flight.get(key)
                 if waiters is not None:
