@@ -159,6 +159,8 @@ def test_one_journal_dir_fewer_is_refused_in_process(tmp_path):
         pass
     with pytest.raises(ConfigurationError, match="holds lastMark .one journal directory."):
         Bookie(conf_for(tmp_path / "one", ["a", "b"]))
+    with pytest.raises(ConfigurationError, match="lists .*/a more than once"):
+        Bookie(conf_for(tmp_path / "twice", ["a", "b", "a"]))
 
 
 def test_bookie_process_started_with_one_journal_dir_fewer_refuses_and_names_it(tmp_path):

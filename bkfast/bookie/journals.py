@@ -24,7 +24,7 @@ from bkfast.bookie import journal as journal_mod
 from bkfast.bookie import logmark
 from bkfast.bookie.journal import Journal
 from bkfast.bookie.logmark import LogMark
-from bkfast.errors import BKError
+from bkfast.errors import BKError, ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,10 @@ class JournalSet:
     def __init__(self, journal_dirs, ledger_dirs, conf, completion_sink: Callable[[list], object],
                  error_sink: Callable[[list, BaseException], object]):
         self.journal_dirs = [os.fspath(d) for d in journal_dirs]
+        twice = sorted({d for d in self.journal_dirs if self.journal_dirs.count(d) > 1})
+        if twice:
+            raise ConfigurationError(f"journalDirectories lists {', '.join(twice)} more than once: "
+                                     "give each journal its own directory")
         self.ledger_dirs = [os.fspath(d) for d in ledger_dirs]
         self.conf = conf
         self.count = len(self.journal_dirs)
