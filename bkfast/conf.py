@@ -119,7 +119,8 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("serverTcpNoDelay", bool, True, "Set TCP_NODELAY on bookie connections"),
     # Directories
     Key("journalDirectory", str, "/tmp/bk-txn", "Journal directory (used when journalDirectories is unset)"),
-    Key("journalDirectories", list, None, "Journal directories; unset = [journalDirectory]",
+    Key("journalDirectories", list, None,
+        "Journal directories, one journal each (a ledger's: ledgerId mod count); unset = [journalDirectory]",
         derive=_list_of("journalDirectory")),
     Key("ledgerDirectories", list, ["/tmp/bk-data"], "Entry log (and by default index) directories"),
     Key("indexDirectories", list, None, "Index directories; unset = ledgerDirectories (is_set tells which)",
