@@ -14,6 +14,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from bkfast import _refcodec_v3 as _v3
 from bkfast.errors import (
     DigestMismatchError,
     EntryFormatError,
@@ -379,6 +380,34 @@ def decode_v2_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
     return adds, ids, i
 
 
+def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit: int = -1) -> tuple[int, list]:
+    """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory."""
+    misses: list = []
+    i = start
+    while i < len(frames):
+        if out_limit >= 0 and len(out) >= out_limit:
+            break
+        frame = frames[i]
+        if type(frame) is not bytes or len(frame) < 20:
+            break
+        version, opcode, flags = decode_packet_header(_U32.unpack_from(frame)[0])
+        if opcode != OP_READ or not 1 <= version <= 2 or flags & FLAG_DO_FENCING:
+            break
+        ledger_id, entry_id = struct.unpack_from(">qq", frame, 4)
+        data = None if ledger_id in busy else lookup(ledger_id, entry_id, 0)
+        if data is None:
+            busy.setdefault(ledger_id, 0)
+            misses.append((ledger_id, entry_id, version))
+        else:
+            out.add_read_response(0, ledger_id, entry_id, data, version)
+        i += 1
+    return i, misses
+
+
+decode_v3_adds = _v3.decode_v3_adds
+serve_v3_reads = _v3.serve_v3_reads
+
+
 @dataclass
 class V2Response:
     version: int
@@ -454,6 +483,14 @@ class FrameBuilder:
     def add_batch_read_response(self, rc, ledger_id, start_entry_id, request_id, entries=(),
                                 version=CURRENT_PROTOCOL_VERSION):
         self._append(encode_batch_read_response(rc, ledger_id, start_entry_id, request_id, entries, version))
+
+    def add_v3_add_response(self, status, ledger_id, entry_id, txn, scope_id=0):
+        self._append(_v3.v3_add_response(status, ledger_id, entry_id, txn, scope_id))
+
+    def add_v3_read_response(self, status, ledger_id, entry_id, txn, data, has_max_lac, max_lac, has_timestamp,
+                             timestamp, scope_id=0):
+        self._append(_v3.v3_read_response(status, ledger_id, entry_id, txn, data, has_max_lac, max_lac,
+                                          has_timestamp, timestamp, scope_id))
 
     def add_frame(self, body):
         self._append(_U32.pack(len(body)) + bytes(body))

@@ -232,6 +232,13 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("maxPendingAddRequestsPerThread", int, 10000, "Queued adds per add thread before rejecting", min=0),
     Key("maxPendingReadRequestsPerThread", int, 10000, "Queued reads per read thread before rejecting",
         min=0),
+    Key("waitTimeoutOnResponseBackpressureMs", int, 60000,
+        "Close a connection whose peer has not read its answers for this long, ms; -1 = never (Java's "
+        "default is -1; bkfast closes after 60 s so a client that never reads cannot pin a connection)",
+        min=-1),
+    Key("serverConnectionOutputLimitBytes", int, 1024 * 1024,
+        "bkfast: answers queued per connection before it stops taking requests until the peer reads "
+        "(plus Twisted's 256 KiB send buffer)", min=4096),
     # Operations
     Key("httpServerEnabled", bool, False, "Serve the admin HTTP API"),
     Key("httpServerPort", int, 8080, "Admin HTTP API port", min=0, max=65535),

@@ -368,6 +368,12 @@ class WriteCacheFullError(BKTooManyRequestsException):
     """The ledger storage write cache is full and its flush did not free room in time."""
 
 
+class StorageBusyError(BKTooManyRequestsException):
+    """The bookie cannot take an add now without waiting (write cache or journal queue full). Only the
+    network server sees it: it holds the add, stops reading that connection, and offers the add again
+    when room is announced (ETOOMANYREQUESTS after dbStorage_maxThrottleTimeMs)."""
+
+
 class StorageCorruptionError(BKBookieIOException):
     """Stored data (entry log or index) is not what its location or header says it is."""
 

@@ -262,4 +262,4 @@ def test_server_batches_adds_keeps_order_and_bounds(tmp_path):
         acks = _responses(transport.value())
         assert [(r.opcode, r.rc, r.entry_id) for r in acks] == [(1, 0, e) for e in range(5)]
         assert proto.inflight_adds == 0
-        assert factory.lac_update_time(0, 9) > 0
+        assert bookie.known_lac(0, 9) == 3   # entry 4 piggy-backs LAC 3

@@ -19,6 +19,7 @@ the network server passes a dispatcher that does ONE reactor.callFromThread per 
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from bkfast.bookie import logmark
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journal import Journal
+from bkfast.bookie.lac import LacTracker, LacWaiter
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import (
@@ -36,10 +38,12 @@ from bkfast.errors import (
     BKError,
     BKIllegalOpException,
     BKLedgerFencedException,
+    BKNoSuchEntryException,
     BKNoSuchLedgerExistsException,
     BKTimeoutException,
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
+    StorageBusyError,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 Callback = Callable[[BaseException | None], None]
 
 CURRENT_DIR = "current"
+_LONG = struct.Struct(">q")
 SYNC_WAIT_SECONDS = 30.0
 
 
@@ -83,6 +88,7 @@ class Bookie:
         from bkfast.bookie.storage_factory import open_ledger_storage
 
         self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs)
+        self._read_cached = getattr(self.storage, "get_entry_cached", None) or _no_cached_entry
         self.journal: Journal | None = None
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
         self._ledger_lock = threading.Lock()
@@ -110,6 +116,9 @@ class Bookie:
             self.storage.set_error_listener(self._note_io_error)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
         self.metrics = None
+        # Per ledger: known LAC and long-poll waiters (reactor thread; see bkfast.bookie.lac).
+        self.lac = LacTracker()
+        self._room_listener: Callable[[], None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +129,7 @@ class Bookie:
                            skip_invalid=self.conf.get("skipInvalidJournalRecord"))
         log.info("bookie replayed %d journal records", self.replayed_records)
         self.journal = Journal(str(self.journal_dir), self.conf, self._on_journal_batch, self._on_journal_error)
+        self.journal.room_listener = self._room_listener
         self.journal.start()
         # Everything replayed is now in ledger storage; checkpointing it makes the next start fast.
         self.checkpoint()
@@ -205,6 +215,8 @@ class Bookie:
                 if not recovery and self.storage.is_fenced(ledger_id, scope_id):
                     raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                 self.storage.add_entry(entry)
+            if (scope_id, ledger_id) in self.lac:
+                self.lac.advance(scope_id, ledger_id, entry_lac(entry))
             self.journal.log_record(entry, callback, ack_before_sync=ack_before_sync)
         except BKError as error:
             self._fail(callback, error)
@@ -232,6 +244,14 @@ class Bookie:
         # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
         # for the batch only: the ledger lock is held throughout, so no fence can come in between.
         admitted: dict = {}
+        if self._room_listener is not None and not self.journal.has_room(len(adds)):
+            # Never wait for the journal queue on the caller's (the reactor's) thread: the server holds
+            # these adds and offers them again when the journal announces room.
+            self.journal.want_room()
+            busy = StorageBusyError("journal queue full")
+            return [(i, busy) for i in range(len(adds))]
+        tracked = self.lac.tracked
+        lacs: dict = {}
         with self._ledger_lock:
             for i, (entry, master_key, recovery, high_priority) in enumerate(adds):
                 try:
@@ -250,6 +270,13 @@ class Bookie:
                                 raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                             admitted[lkey] = master_key
                     store(entry)
+                    if lkey in tracked:
+                        lacs[lkey] = max(lacs.get(lkey, -1), entry_lac(entry))
+                except StorageBusyError as error:
+                    # The write cache is full: this add and every later one of the batch wait (in order)
+                    # for the room the flush makes; nothing of them is stored or journaled.
+                    failures.extend((j, error) for j in range(i, len(adds)))
+                    break
                 except BKError as error:
                     failures.append((i, error))
                     continue
@@ -260,9 +287,14 @@ class Bookie:
                     continue
                 records.append(entry)
                 accepted.append(i)
+        if lacs:
+            advance = self.lac.advance
+            for (scope_id, ledger_id), lac in lacs.items():
+                advance(scope_id, ledger_id, lac)
         if metrics is not None:
             for _, error in failures:
-                metrics.add_failed(error)
+                if not isinstance(error, StorageBusyError):
+                    metrics.add_failed(error)
         if not records:
             return failures
         token_accepted = None if not failures else accepted
@@ -323,6 +355,8 @@ class Bookie:
             with self._ledger_lock:
                 self._admit(scope_id, ledger_id, master_key)
                 self.storage.set_explicit_lac(ledger_id, bytes(lac_buffer), scope_id)
+            if (scope_id, ledger_id) in self.lac:
+                self.lac.advance(scope_id, ledger_id, lac_of_buffer(lac_buffer))
             self.journal.log_record(journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback)
         except BKError as error:
             self._fail(callback, error)
@@ -350,8 +384,58 @@ class Bookie:
         metrics.read_ok(time.perf_counter() - t0)
         return data
 
+    def read_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry if ledger storage holds it in memory (write cache, read-ahead cache), else None:
+        never touches the disk, so the reactor may call it (a miss goes to the server's read pool)."""
+        return self._read_cached(ledger_id, entry_id, scope_id)
+
+    def count_reads_from_memory(self, n: int, seconds: float) -> None:
+        """The server answered n reads from memory (read_entry_cached) in `seconds`: for the metrics."""
+        if self.metrics is not None and n:
+            self.metrics.reads_from_memory(n, seconds)
+
     def read_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
         return self.storage.get_last_add_confirmed(ledger_id, scope_id)
+
+    # --- LAC for readers (long poll, maxLAC) ----------------------------------------------------------
+    def known_lac(self, scope_id: int, ledger_id: int) -> int:
+        """max(LAC of the last stored entry, explicit LAC), tracked from the first ask on (one dictionary
+        lookup per read after that). Raises BKNoSuchLedgerExistsException."""
+        return self.lac.known(scope_id, ledger_id, lambda: self._load_lac(scope_id, ledger_id))
+
+    def _load_lac(self, scope_id: int, ledger_id: int) -> int:
+        lac = -1
+        try:
+            lac = self.storage.get_last_add_confirmed(ledger_id, scope_id)
+        except BKNoSuchEntryException:
+            pass
+        explicit = self.get_explicit_lac(ledger_id, scope_id)
+        if explicit:
+            lac = max(lac, lac_of_buffer(explicit))
+        return lac
+
+    def lac_update_time(self, scope_id: int, ledger_id: int) -> int:
+        return self.lac.update_time_ms(scope_id, ledger_id)
+
+    def watch_lac(self, scope_id: int, ledger_id: int, previous_lac: int, callback) -> LacWaiter:
+        """callback() once the known LAC passes previous_lac (call known_lac first)."""
+        waiter = LacWaiter(previous_lac, callback)
+        self.lac.watch(scope_id, ledger_id, waiter)
+        return waiter
+
+    def unwatch_lac(self, scope_id: int, ledger_id: int, waiter: LacWaiter) -> None:
+        self.lac.unwatch(scope_id, ledger_id, waiter)
+
+    # --- room for adds (the reactor never waits) --------------------------------------------------------
+    def set_room_listener(self, listener: Callable[[], None]) -> None:
+        """Switch to non-waiting adds: when the write cache or the journal queue is full, add_entries
+        refuses the adds at once with StorageBusyError (not stored, not journaled) instead of waiting, and
+        `listener()` is called (from the flush or journal thread) once room may be back."""
+        self._room_listener = listener
+        if hasattr(self.storage, "set_room_listener"):
+            self.storage.set_room_listener(listener)
+        if self.journal is not None:
+            self.journal.room_listener = listener
 
     def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
         return self.storage.ledger_exists(ledger_id, scope_id)
@@ -366,6 +450,7 @@ class Bookie:
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         self.storage.delete_ledger(ledger_id, scope_id)
+        self.lac.drop(scope_id, ledger_id)
         log.info("deleted ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
 
     # --- read-only state, disks, garbage collection -----------------------------------------------------
@@ -524,6 +609,22 @@ class Bookie:
         else:
             return
         self.replayed_records += 1
+
+
+def entry_lac(entry: bytes) -> int:
+    """The LAC a writer piggy-backed on an entry (offset 16; 25 in the scoped layout)."""
+    return _LONG.unpack_from(entry, 25 if entry[0] & 0x80 else 16)[0]
+
+
+def lac_of_buffer(buf) -> int:
+    """The LAC inside an explicit-LAC buffer (spec §3.5; scoped layout when the top bit is set)."""
+    if buf and buf[0] & 0x80:
+        return _LONG.unpack_from(buf, 17)[0] if len(buf) >= 25 else -1
+    return _LONG.unpack_from(buf, 8)[0] if len(buf) >= 16 else -1
+
+
+def _no_cached_entry(ledger_id: int, entry_id: int, scope_id: int = 0) -> None:
+    return None
 
 
 def _noop(error: BaseException | None) -> None:

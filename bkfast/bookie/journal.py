@@ -301,6 +301,9 @@ class Journal:
         # The pending batch: records (None = force marker), tokens, indices of ack-before-sync records
         # and of force markers, its bytes (with length fields), and its oldest record's enqueue time.
         self._recs, self._toks, self._early, self._forces = [], [], [], []
+        # The bookie server's non-waiting adds: called (journal thread) when a batch is taken after want_room().
+        self.room_listener = None
+        self._room_wanted = False
         self._bytes, self._first_t = 0, 0.0
         self._consumer_waiting, self._producers_waiting = False, 0
         self._state, self._failure, self._thread = _NEW, None, None
@@ -497,7 +500,22 @@ class Journal:
             self._bytes = 0
             if self._producers_waiting:
                 self._space.notify_all()
-            return batch
+            room_wanted, self._room_wanted = self._room_wanted, False
+        if room_wanted and self.room_listener is not None:
+            self.room_listener()
+        return batch
+
+    def has_room(self, records: int) -> bool:
+        """Whether `records` more records fit the queue now (an empty queue takes any number). Only
+        meaningful to the one thread that enqueues (the reactor): the journal thread only empties it."""
+        queued = len(self._recs)
+        return queued == 0 or queued + records <= self._queue_size
+
+    def want_room(self) -> None:
+        """Call room_listener() once the journal thread takes the queued batch (so room is back)."""
+        with self._lock:
+            self._room_wanted = True
+            self._wakeup.notify()
 
     def _run(self) -> None:
         _journal.set_thread_timer_slack(JOURNAL_TIMER_SLACK_NS)

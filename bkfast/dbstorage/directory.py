@@ -150,6 +150,21 @@ class SingleDirectoryDbLedgerStorage:
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
         return missing_entry_error(self._ledgers.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
 
+    def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry from the write cache or the read-ahead cache; None when only the disk has it (or
+        nobody does). No I/O and no RocksDB lookup: safe on the reactor thread."""
+        if entry_id < 0:
+            return None
+        key = ledger_id if not scope_id else (scope_id << 64) | ledger_id  # qualified_key, inlined
+        data = self._write_cache.get(key, entry_id)
+        if data is not None:
+            return data
+        return self._read_cache.get(key, entry_id)
+
+    def set_room_listener(self, listener) -> None:
+        """Non-waiting adds (see WriteCache.room_listener)."""
+        self._write_cache.room_listener = listener
+
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         if entry_id < 0:
             return self._get_last_entry(scope_id, ledger_id)

@@ -32,7 +32,7 @@ _MiB = 1024 * 1024
 _DIRECT_METHODS = (
     "set_master_key", "get_master_key", "ledger_exists", "set_fenced", "is_fenced", "set_explicit_lac",
     "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id",
-    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger",
+    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger", "get_entry_cached",
 )
 
 
@@ -135,6 +135,16 @@ class DbLedgerStorage:
         """The stored entry; entry_id -1 reads the last entry. BKNoSuchLedgerExistsException when the
         ledger is unknown, BKNoSuchEntryException when it has no such entry."""
         return self._dir(ledger_id, scope_id).get_entry(ledger_id, entry_id, scope_id)
+
+    def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry if a memory cache holds it, else None; never touches the disk."""
+        return self._dir(ledger_id, scope_id).get_entry_cached(ledger_id, entry_id, scope_id)
+
+    def set_room_listener(self, listener) -> None:
+        """Adds never wait for write-cache room: a full cache raises StorageBusyError at once, and
+        listener() is called (flush thread) when room is made."""
+        for d in self._dirs:
+            d.set_room_listener(listener)
 
     def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
         """Highest stored entry id of the ledger, -1 when it has none."""

@@ -132,6 +132,13 @@ class IndexedLedgerStorage:
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
         return missing_entry_error(self._cache.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
 
+    def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry if the memtable still holds it, else None; never touches the disk."""
+        memtable = self._memtable
+        if memtable is None or entry_id < 0:
+            return None
+        return memtable.get((scope_id, ledger_id), entry_id)
+
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         """The stored entry; entry_id -1 reads the last one. BKNoSuchLedgerExists / BKNoSuchEntry."""
         if entry_id < 0:
