@@ -1068,7 +1068,7 @@ cdef class FrameBuilder:
         cdef uint8_t *p
         if scope_id:
             sub += 2 + pw_varint_size(scope_id)
-        at = self._v3_response_start(0, 1, txn, status, 101, sub)
+        at = self._v3_response_start(0, 2, txn, status, 101, sub)   # ADD_ENTRY
         p = self.buf + self.length
         p[at] = 0x08
         at += 1 + pw_put_varint(p + at + 1, <uint64_t><int64_t>status)
@@ -1104,7 +1104,7 @@ cdef class FrameBuilder:
                 sub += 1 + pw_varint_size(<uint64_t>timestamp)
             if scope_id:
                 sub += 2 + pw_varint_size(scope_id)
-            at = self._v3_response_start(0, 2, txn, status, 100, sub)
+            at = self._v3_response_start(0, 1, txn, status, 100, sub)   # READ_ENTRY
             p = self.buf + self.length
             p[at] = 0x08
             at += 1 + pw_put_varint(p + at + 1, <uint64_t><int64_t>status)

@@ -7,8 +7,8 @@
 from bkfast._protowire cimport pw_varint, pw_skip_field
 
 cdef enum:
-    V3_OP_ADD_ENTRY = 1
-    V3_OP_READ_ENTRY = 2
+    V3_OP_READ_ENTRY = 1       # OperationType
+    V3_OP_ADD_ENTRY = 2
     V3_WRITE_FLAG_DEFERRED_SYNC = 1
 
 

@@ -11,6 +11,8 @@ import struct
 
 _U32 = struct.Struct(">I")
 _MASK64 = (1 << 64) - 1
+READ_ENTRY = 1    # OperationType
+ADD_ENTRY = 2
 
 
 def _varint(b: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -96,9 +98,9 @@ def parse_v3_request(b: bytes) -> dict | None:
             return None
         if r["operation"] >= 1000:
             r["operation"] = -1
-        if r["operation"] == 1 and sub_field == 101:
+        if r["operation"] == ADD_ENTRY and sub_field == 101:
             return _add(b, sub, r)
-        if r["operation"] == 2 and sub_field == 100:
+        if r["operation"] == READ_ENTRY and sub_field == 100:
             return _read(b, sub, r)
     except ValueError:
         return None
@@ -150,7 +152,7 @@ def decode_v3_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
         if type(frame) is not bytes:
             break
         r = parse_v3_request(frame)
-        if r is None or r["operation"] != 1:
+        if r is None or r["operation"] != ADD_ENTRY:
             break
         if key is None or key != r["key"]:
             key = r["key"]
@@ -171,7 +173,7 @@ def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, ou
         if type(frame) is not bytes:
             break
         r = parse_v3_request(frame)
-        if r is None or r["operation"] != 2:
+        if r is None or r["operation"] != READ_ENTRY:
             break
         ledger_id, entry_id, scope_id = r["ledger_id"], r["entry_id"], r["scope_id"]
         data = None if ledger_id in busy else lookup(ledger_id, entry_id, scope_id)
@@ -208,7 +210,7 @@ def v3_add_response(status: int, ledger_id: int, entry_id: int, txn: int, scope_
     sub = b"\x08" + _put_varint(status) + b"\x10" + _put_varint(ledger_id) + b"\x18" + _put_varint(entry_id)
     if scope_id:
         sub += b"\xc0\x3e" + _put_varint(scope_id)
-    return _response(1, txn, status, 101, sub)
+    return _response(ADD_ENTRY, txn, status, 101, sub)
 
 
 def v3_read_response(status, ledger_id, entry_id, txn, data, has_max_lac, max_lac, has_timestamp, timestamp,
@@ -223,4 +225,4 @@ def v3_read_response(status, ledger_id, entry_id, txn, data, has_max_lac, max_la
         sub += b"\x30" + _put_varint(timestamp)
     if scope_id:
         sub += b"\xc0\x3e" + _put_varint(scope_id)
-    return _response(2, txn, status, 100, sub)
+    return _response(READ_ENTRY, txn, status, 100, sub)

@@ -236,6 +236,11 @@ SERVER_KEYS: tuple[Key, ...] = (
         "Close a connection whose peer has not read its answers for this long, ms; -1 = never (Java's "
         "default is -1; bkfast closes after 60 s so a client that never reads cannot pin a connection)",
         min=-1),
+    Key("testEntryLogReadDelayMs", int, 0,
+        "bkfast test hook: sleep this long before each DbLedgerStorage entry-log read (never in production)",
+        min=0),
+    Key("testWriteCacheFlushDelayMs", int, 0,
+        "bkfast test hook: sleep this long before each write-cache flush (never in production)", min=0),
     Key("serverConnectionOutputLimitBytes", int, 1024 * 1024,
         "bkfast: answers queued per connection before it stops taking requests until the peer reads "
         "(plus Twisted's 256 KiB send buffer)", min=4096),

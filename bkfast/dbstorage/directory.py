@@ -90,6 +90,10 @@ class SingleDirectoryDbLedgerStorage:
         self._read_ahead_bytes = batch_bytes if batch_bytes > 0 else _READ_AHEAD_MAX_BYTES
         self._read_ahead_on = self._read_cache.enabled and self._read_ahead_count > 0
         self._flush_lock = threading.Lock()
+        # Test hooks (0 in production): make entry-log reads / write-cache flushes slow on purpose, so
+        # tests can show what a slow disk does to the rest of the bookie.
+        self._test_read_delay_s = max(conf.get("testEntryLogReadDelayMs"), 0) / 1000.0
+        self._test_flush_delay_s = max(conf.get("testWriteCacheFlushDelayMs"), 0) / 1000.0
         self._closed = False
         self.last_flush_error: BaseException | None = None
         self.error_listener = None  # callable(error) told about background flush failures (the Bookie's)
@@ -182,6 +186,8 @@ class SingleDirectoryDbLedgerStorage:
             if data is not None:
                 return data
             raise self._missing(scope_id, ledger_id, entry_id)
+        if self._test_read_delay_s:
+            time.sleep(self._test_read_delay_s)
         try:
             data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
         except (StorageCorruptionError, ValueError, OSError):
@@ -281,6 +287,8 @@ class SingleDirectoryDbLedgerStorage:
             while True:
                 half, retry = self._write_cache.begin_flush()
                 t_start = time.perf_counter()
+                if half.count and self._test_flush_delay_s:
+                    time.sleep(self._test_flush_delay_s)
                 if half.count:
                     batch = LocationBatch()
                     add_entries = self._entry_logger.add_entries
