@@ -164,7 +164,7 @@ def test_serve_v3_reads_answers_hits_keeps_ledger_order_behind_misses_and_stops_
               _read_request(8, 0, 13), _read_request(7, 0, 14, previousLAC=0), _read_request(7, 0, 15)]
     out = impl.FrameBuilder()
     busy: dict = {}
-    end, misses = impl.serve_v3_reads(frames, 0, out, lambda l, e, s: store.get((l, e)), lambda s, l: 5, busy)
+    end, misses = impl.serve_v3_reads(frames, 0, out, lambda led, e, s: store.get((led, e)), lambda s, led: 5, busy)
     # stops at the long-poll read (protobuf path); entry 2 of ledger 7 queues behind the miss of entry 1
     assert end == 4
     assert misses == [(7, 1, 11, 0), (7, 2, 12, 0)]
@@ -178,8 +178,8 @@ def test_serve_v3_reads_answers_hits_keeps_ledger_order_behind_misses_and_stops_
     assert [(a.header.txnId, a.readResponse.body, a.readResponse.maxLAC) for a in answers] == [
         (10, b"zero", 5), (13, b"other", 5)]
     limited = impl.FrameBuilder()
-    end, misses = impl.serve_v3_reads([_read_request(8, 0, 1)] * 10, 0, limited, lambda l, e, s: b"x" * 100,
-                                      lambda s, l: 0, {}, 300)
+    end, misses = impl.serve_v3_reads([_read_request(8, 0, 1)] * 10, 0, limited, lambda led, e, s: b"x" * 100,
+                                      lambda s, led: 0, {}, 300)
     assert end == 3 and not misses
 
 
@@ -190,7 +190,7 @@ def test_serve_v2_reads_takes_plain_reads_only(impl):
               impl.encode_read_request(3, 1, flags=impl.FLAG_DO_FENCING, master_key=b"k" * 20)]
     frames = [f[4:] for f in frames]
     out = impl.FrameBuilder()
-    end, misses = impl.serve_v2_reads(frames, 0, out, lambda l, e, s: store.get((l, e)), {})
+    end, misses = impl.serve_v2_reads(frames, 0, out, lambda led, e, s: store.get((led, e)), {})
     assert end == 3 and misses == [(3, 5, 2), (4, 1, 2)]
     r = impl.decode_response(out.take()[4:])
     assert (r.rc, r.ledger_id, r.entry_id, bytes(r.data)) == (0, 3, 0, b"a")
