@@ -33,8 +33,8 @@ import threading
 import time
 
 from bkfast.bookie.compaction import CompactionStats, Compactor, log_size
-from bkfast.bookie.entrylogger import LOGFILE_HEADER_SIZE, EntryLogger
 from bkfast.ids import LedgerId
+from bkfast.storage.entrylogger import LOGFILE_HEADER_SIZE, EntryLogger
 
 __all__ = ["GarbageCollector", "LogUsage"]
 
