@@ -76,7 +76,7 @@ class Sandbox:
 
     def start(self) -> None:
         from bkfast.client.blocking import _ensure_reactor_thread, _wait
-        from bkfast.meta.driver import open_metadata_driver
+        from bkfast.meta.factory import open_metadata_driver
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.start_zk:
