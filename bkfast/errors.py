@@ -403,6 +403,10 @@ class InvalidBookieIdError(MetadataError, ValueError):
     """A bookie id is not host:port with a port in 1..65535."""
 
 
+class ZooKeeperServerError(BKZKException, RuntimeError):
+    """A local ZooKeeper server (sandbox, tests) could not be located, started or stopped."""
+
+
 # --- the one table of wire codes -------------------------------------------------------------------
 # (error class, v2 rc, v3 status). EOK is absent: success is not an error.
 ERROR_TABLE: tuple[tuple[type[BKError], V2Rc, V3Status], ...] = (

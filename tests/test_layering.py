@@ -3,12 +3,14 @@
 Every import of every module under bkfast/ (module level and inside functions; `.pyx`/`.pxi`/`.pxd`
 imports and cimports too) is read from the files. A package (or top-level module) may import only from
 a lower layer of the table below, which is the table of docs/architecture.md ("Layers"), and the
-imports between packages form no cycle. The page must also name every package and top-level module.
+imports between packages, and between modules, form no cycle. The page must also name every package
+and top-level module, and exception classes belong to the one hierarchy of bkfast.errors.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -138,24 +140,39 @@ def test_no_package_imports_a_package_on_its_own_layer_or_above():
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
-def test_no_cycle_between_packages():
-    graph = {src: set(edges) for src, edges in package_graph().items()}
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
     done: set[str] = set()
     cycles: list[str] = []
 
-    def visit(unit: str, path: list[str]) -> None:
-        if unit in path:
-            cycles.append(" -> ".join(path[path.index(unit):] + [unit]))
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            cycles.append(" -> ".join(path[path.index(node):] + [node]))
             return
-        if unit in done:
+        if node in done:
             return
-        for nxt in sorted(graph.get(unit, ())):
-            visit(nxt, [*path, unit])
-        done.add(unit)
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        done.add(node)
 
-    for unit in sorted(graph):
-        visit(unit, [])
+    for node in sorted(graph):
+        visit(node, [])
+    return cycles
+
+
+def test_no_cycle_between_packages():
+    cycles = _cycles({src: set(edges) for src, edges in package_graph().items()})
     assert not cycles, "package cycles:\n" + "\n".join(cycles)
+
+
+def test_no_cycle_between_modules():
+    # e.g. an interface module importing the implementations that import it (meta/driver.py once did).
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in source_files():
+        if path.suffix != ".pxi":
+            module = _module_name(path)
+            graph[module] |= {target for target in imports_of(path) if target != module}
+    cycles = _cycles(graph)
+    assert not cycles, "module import cycles:\n" + "\n".join(cycles)
 
 
 def test_clientpath_takes_the_cython_codec_never_the_facade():
@@ -193,3 +210,19 @@ def test_docs_architecture_names_every_package_and_top_level_module():
     names += [p.name for p in PACKAGE.iterdir() if p.suffix in (".py", ".pyx", ".pxi", ".pxd", ".h")]
     missing = sorted(n for n in names if n != "__init__.py" and n not in text)
     assert not missing, f"docs/architecture.md does not mention: {missing}"
+
+
+def test_errors_py_holds_the_one_exception_hierarchy():
+    # Public exception classes derive from bkfast.errors' BKError; only errors.py subclasses Python's
+    # exceptions directly (private control-flow exceptions, named _X, may too).
+    builtin_errors = {name for name, value in vars(builtins).items()
+                      if isinstance(value, type) and issubclass(value, BaseException)}
+    outside = []
+    for path in source_files():
+        if path.suffix != ".py" or path == PACKAGE / "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and any(
+                    isinstance(base, ast.Name) and base.id in builtin_errors for base in node.bases):
+                outside.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert not outside, f"exception classes outside bkfast.errors' hierarchy: {outside}"

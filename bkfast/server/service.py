@@ -4,11 +4,12 @@ Owns the order of things. start(): choose the port (bookiePort=0 picks a free on
 the cookie name the port), connect to the metadata service and check the cookies, start the Bookie
 (journal replay), start the metadata driver the garbage collector asks (it shares the bookie's ZooKeeper
 session), listen, create the metrics and hand them to the Bookie, its Journal and the admin HTTP server,
-then register in ZooKeeper. stop(): from any thread or a signal handler, once: stop accepting, let
-in-flight adds finish (up to DRAIN_TIMEOUT_S), flush, close connections, stop the reactor. close(), once
-the reactor has stopped: unregister, end the ZooKeeper session, stop the Bookie (flush + checkpoint).
+then register in ZooKeeper. stop() (reactor thread; a Deferred): stop accepting, let in-flight adds
+finish (up to DRAIN_TIMEOUT_S), flush, close connections. close(), after stop() (or once the reactor
+has stopped): unregister, end the ZooKeeper session, stop the Bookie (flush + checkpoint).
 run() is the process's main: signal handlers (SIGTERM/SIGINT stop cleanly, also during start-up), start,
-the "bookie listening on" line, the reactor, close, the exit code (1 after a fatal error).
+the "bookie listening on" line, the reactor, close, the exit code (1 after a fatal error);
+request_stop() (any thread, signal handlers, a fatal error of the Bookie) is stop() then the reactor's.
 
 Must never: parse flags, block the reactor thread on ZooKeeper (registration moves run in the reactor's
 thread pool), or announce itself listening before it is registered.
@@ -54,20 +55,20 @@ class BookieService:
         self.bookie = None
         self.factory = None
         self.port = None
+        self.address = None                 # the listening address (.host, .port) once started
         self.metrics = None
         self.http_port = None
         self.admin = None
         self.exit_code = 0
-        self._stopping = False
-
-    @property
-    def address(self):
-        """The listening address (host, port), once started."""
-        return self.port.getHost()
+        self._stop_requested = False
+        self._stopped = None
 
     # --- start ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Build and start every part; the bookie serves (and is registered) when this returns."""
+        """Build and start every part; the bookie serves (and is registered) when this returns.
+
+        Call it before the reactor runs (run() does) or in the reactor thread; it blocks on ZooKeeper and
+        on the journal replay."""
         conf, reactor = self.conf, self.reactor
         host = conf.get("listeningInterface") or "0.0.0.0"
         if conf.get("bookiePort") == 0:
@@ -114,6 +115,7 @@ class BookieService:
 
         self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor)
         self.port = self.reactor.listenTCP(self.conf.get("bookiePort"), self.factory, interface=host)
+        self.address = self.port.getHost()
 
     def _start_http(self) -> None:
         from bkfast.http.metrics import BookieMetrics
@@ -146,17 +148,24 @@ class BookieService:
     def _fatal(self, reason) -> None:
         log.error("bookie shutting down: %s", reason)
         self.exit_code = 1
-        self.stop()
+        self.request_stop()
 
-    def stop(self) -> None:
-        """Begin the clean stop (once; from any thread or a signal handler); the reactor stops at its end."""
-        if self._stopping:
+    def request_stop(self) -> None:
+        """Stop, then stop the reactor (once; from any thread or a signal handler): the process's end."""
+        if self._stop_requested:
             return
-        self._stopping = True
-        self.reactor.callFromThread(self._begin_stop)
+        self._stop_requested = True
+        self.reactor.callFromThread(lambda: self.stop().addBoth(lambda _: self.reactor.stop()))
 
-    def _begin_stop(self) -> None:
+    def stop(self):
+        """In the reactor thread: stop accepting, drain in-flight adds (up to DRAIN_TIMEOUT_S), flush and
+        close every connection. Returns a Deferred that fires when that is done (the same one every call)."""
+        from twisted.internet import defer, task
+
+        if self._stopped is not None:
+            return self._stopped
         reactor, factory = self.reactor, self.factory
+        self._stopped = stopped = defer.Deferred()
         log.info("stopping: no new connections, draining in-flight adds")
         if self.admin is not None:
             self.admin.shutting_down = True
@@ -172,12 +181,14 @@ class BookieService:
             factory.flush()
             for conn in list(factory.connections):
                 conn.transport.loseConnection()
-            reactor.callLater(0.05, reactor.stop)
+            # A moment for the closes to reach the sockets before the caller stops the reactor.
+            task.deferLater(reactor, 0.05, lambda: None).chainDeferred(stopped)
 
         if d is not None:
             d.addBoth(lambda _: wait_drained())
         else:
             wait_drained()
+        return stopped
 
     def close(self) -> None:
         """After the reactor stopped: unregister and end the metadata session, then stop the Bookie."""
@@ -203,10 +214,10 @@ class BookieService:
         signal.signal(signal.SIGTERM, during_start)
         signal.signal(signal.SIGINT, during_start)
         self.start()
-        signal.signal(signal.SIGTERM, lambda signum, frame: self.stop())
-        signal.signal(signal.SIGINT, lambda signum, frame: self.stop())
+        signal.signal(signal.SIGTERM, lambda signum, frame: self.request_stop())
+        signal.signal(signal.SIGINT, lambda signum, frame: self.request_stop())
         if early_signals:
-            self.stop()
+            self.request_stop()
         bound = self.address
         # Only now say we are up: a supervisor may send SIGTERM the moment it reads this line.
         print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
