@@ -378,6 +378,41 @@ class StorageCorruptionError(BKBookieIOException):
     """Stored data (entry log or index) is not what its location or header says it is."""
 
 
+class ReactorTimeoutError(BKTimeoutException, TimeoutError):
+    """A call handed to the reactor thread (bkfast.reactor) did not finish in time."""
+
+
+# --- metadata errors (ZooKeeper layout, cookies, registration): a message meant for an operator -------
+
+
+class MetadataError(BKMetaStoreException, RuntimeError):
+    """A metadata (ZooKeeper / cookie / registration) problem with a message meant for an operator."""
+
+
+class ClusterExistsError(MetadataError):
+    """initnewcluster / metaformat refused: the cluster's root already exists."""
+
+
+class CookieError(MetadataError):
+    """A cookie is missing, unreadable, or inconsistent between places."""
+
+
+class CookieMismatchError(CookieError):
+    """A stored cookie does not match this bookie's configuration."""
+
+
+class BookieIdInUseError(MetadataError):
+    """Another live bookie (ZooKeeper session) holds this bookie id's registration."""
+
+
+class InvalidBookieIdError(MetadataError, ValueError):
+    """A bookie id is not host:port with a port in 1..65535."""
+
+
+class ZooKeeperServerError(BKZKException, RuntimeError):
+    """A local ZooKeeper server (sandbox, tests) could not be located, started or stopped."""
+
+
 # --- the one table of wire codes -------------------------------------------------------------------
 # (error class, v2 rc, v3 status). EOK is absent: success is not an error.
 ERROR_TABLE: tuple[tuple[type[BKError], V2Rc, V3Status], ...] = (

@@ -1,8 +1,10 @@
-"""Ledger identity: the (scope_id, ledger_id) pair of bkfast's 128-bit ledger ids, and entry id checks.
+"""Identities: the (scope_id, ledger_id) pair of bkfast's 128-bit ledger ids, entry id checks, bookie ids.
 
-This module owns the one definition of what a valid ledger id, scope id and entry id is, and the textual
-and UUID forms of a ledger id (see spec/scope-ids.md). Scope 0 is Apache BookKeeper's classic 64-bit id
-space; everything else is bkfast's extension. It is a leaf: it imports only the stdlib and bkfast.errors.
+This module owns the one definition of what a valid ledger id, scope id and entry id is, the textual
+and UUID forms of a ledger id (see spec/scope-ids.md), the int64 two's complement a scope id travels as
+in v3's `ledgerScopeId`, the v3 `writeFlags` bit of DEFERRED_SYNC, and splitting a
+"host:port" bookie id. Scope 0 is Apache BookKeeper's classic 64-bit id space; everything else is
+bkfast's extension. It is a leaf: it imports only the stdlib and bkfast.errors.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from bkfast.errors import InvalidLedgerIdError
+from bkfast.errors import InvalidBookieIdError, InvalidLedgerIdError
 
 MAX_LEDGER_ID = 2**63 - 1
 """Largest ledger id: Java's Long.MAX_VALUE (ids are non-negative signed longs)."""
@@ -23,7 +25,11 @@ MAX_ENTRY_ID = 2**63 - 1
 LAST_ADD_CONFIRMED = -1
 """Entry id -1 in a read request means "the last add confirmed" (and is the LAC of an empty ledger)."""
 
+DEFERRED_SYNC = 1
+"""`AddRequest.writeFlags` bit of BookKeeper's WriteFlag.DEFERRED_SYNC (v3 only)."""
+
 _LOW_63_BITS = (1 << 63) - 1
+_U64 = (1 << 64) - 1
 _QUALIFIED_NAME = re.compile(r"(?:0[xX])?([0-9a-fA-F]{32})")
 
 
@@ -113,3 +119,23 @@ def validate_entry_id(entry_id: object, allow_last: bool = False) -> int:
     """Check an entry id (0 .. 2**63-1) and return it; -1 ("last add confirmed") only if `allow_last`."""
     low = LAST_ADD_CONFIRMED if allow_last else 0
     return _check_int("entry_id", entry_id, low, MAX_ENTRY_ID)
+
+
+def scope_field(scope_id: int) -> int:
+    """The v3 `ledgerScopeId` (an int64 on the wire) for a scope id: the unsigned scope's two's complement."""
+    if not 0 <= scope_id <= MAX_SCOPE_ID:
+        raise InvalidLedgerIdError(f"scope id {scope_id} is outside 0..2^64-1")
+    return scope_id if scope_id <= _LOW_63_BITS else scope_id - (1 << 64)
+
+
+def scope_from_field(field: int) -> int:
+    """The scope id a v3 `ledgerScopeId` (int64, two's complement) stands for."""
+    return field & _U64
+
+
+def split_bookie_id(bookie_id: str) -> tuple[str, int]:
+    """ "host:port" (IPv6 hosts may be bracketed) -> (host, port); InvalidBookieIdError otherwise."""
+    host, sep, port = bookie_id.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidBookieIdError(f"bookie id {bookie_id!r} is not host:port")
+    return host.strip("[]"), int(port)

@@ -12,6 +12,8 @@ import os
 import struct
 from typing import NamedTuple
 
+from bkfast.storage.files import fsync_dir
+
 log = logging.getLogger(__name__)
 
 CURRENT_DIR = "current"
@@ -23,14 +25,6 @@ class LogMark(NamedTuple):
 
     journal_id: int
     offset: int
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _mark_name(journal_index: int | None) -> str:

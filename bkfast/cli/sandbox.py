@@ -75,8 +75,8 @@ class Sandbox:
         return f"zk+hierarchical://{connect}/ledgers"
 
     def start(self) -> None:
-        from bkfast.client.blocking import _ensure_reactor_thread, _wait
-        from bkfast.meta.driver import open_metadata_driver
+        from bkfast.meta.factory import open_metadata_driver
+        from bkfast.reactor import call, start_reactor_thread
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.start_zk:
@@ -89,9 +89,9 @@ class Sandbox:
         else:
             self.metadata_uri = f"embedded://{(self.data_dir / 'metadata').resolve()}"
         zk_uri = self.metadata_uri if self.metadata_uri.startswith("zk") else None
-        _ensure_reactor_thread()
+        start_reactor_thread()
         self.driver = open_metadata_driver(self.metadata_uri)
-        _wait(60, self.driver.start)
+        call(self.driver.start, timeout=60)
 
         ports = self._previous_ports()
         self.bookies = [LocalBookie(self.data_dir / f"bookie-{index}",
@@ -104,10 +104,10 @@ class Sandbox:
             from bkfast.meta.registration import bookie_service_info
 
             for bookie in self.bookies:
-                _wait(30, self.driver.register_bookie, bookie.bookie_id,
-                      bookie_service_info(bookie.host, bookie.port))
+                call(self.driver.register_bookie, bookie.bookie_id, bookie_service_info(bookie.host, bookie.port),
+                     timeout=30)
         deadline = time.monotonic() + 60
-        while len(_wait(30, self.driver.get_bookies, False)) < self.num_bookies:
+        while len(call(self.driver.get_bookies, False, timeout=30)) < self.num_bookies:
             if time.monotonic() > deadline:
                 raise click.ClickException("bookies did not register within 60 s")
             time.sleep(0.2)
@@ -120,7 +120,7 @@ class Sandbox:
         os.replace(tmp, self.data_dir / SANDBOX_FILE)
 
     def stop(self) -> None:
-        from bkfast.client.blocking import _wait
+        from bkfast.reactor import call
 
         for bookie in self.bookies:
             try:
@@ -131,7 +131,7 @@ class Sandbox:
                 bookie.kill()
         if self.driver is not None:
             try:
-                _wait(30, self.driver.close)
+                call(self.driver.close, timeout=30)
             except Exception:
                 log.exception("closing the metadata driver failed")
         if self.zk_server is not None:

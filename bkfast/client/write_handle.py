@@ -32,9 +32,8 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     error_for_v2_rc,
 )
+from bkfast.ids import DEFERRED_SYNC, scope_field
 from bkfast.meta.ledger_metadata import LedgerState
-from bkfast.net.bookie_client import DEFERRED_SYNC as _DEFERRED_SYNC
-from bkfast.net.bookie_client import scope_field
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 from .handle import LedgerHandle
@@ -193,7 +192,7 @@ class WriteHandle(LedgerHandle):
         add.masterKey = self.digest.master_key
         add.body = pending.entry
         if self.deferred_sync:
-            add.writeFlags = _DEFERRED_SYNC
+            add.writeFlags = DEFERRED_SYNC
         else:
             add.ClearField("writeFlags")
         if self.scope_id:

@@ -31,7 +31,6 @@ import threading
 import time
 from pathlib import Path
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
@@ -44,6 +43,7 @@ from bkfast.errors import (
     ledger_name,
     missing_entry_error,
 )
+from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.directory import SingleDirectoryDbLedgerStorage
 from bkfast.errors import ConfigurationError
+from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["DbLedgerStorage"]
 

@@ -10,7 +10,8 @@
                                         (BookieStateReadOnlyService); GET returns {"readOnly": bool}
 
 Everything renders on the reactor thread; the only blocking call (moving the ZooKeeper registration
-between available/ and available/readonly/) runs in the reactor's thread pool.
+between available/ and available/readonly/) runs in the reactor's thread pool. Must never: create the
+metrics or install them on the bookie (bkfast.server.BookieService does, and hands them over here).
 """
 
 from __future__ import annotations
@@ -193,15 +194,13 @@ def build_site(ctx: AdminContext) -> server.Site:
     return site
 
 
-def start_http_server(reactor, conf, bookie, factory=None, meta=None):
-    """Install metrics on `bookie` and listen on httpServerPort; returns (listening port, AdminContext)."""
-    metrics = BookieMetrics(bookie, factory)
-    bookie.metrics = metrics
-    if bookie.journal is not None:
-        bookie.journal.sync_latency_observer = metrics.journal_sync_observe
-    ctx = AdminContext(bookie, factory, meta, metrics)
+def start_http_server(reactor, conf, ctx: AdminContext):
+    """Serve `ctx`'s endpoints on listeningInterface:httpServerPort; returns the listening port.
+
+    The metrics in `ctx` are made and handed to the Bookie by their owner (bkfast.server); this module
+    only exposes them."""
     interface = conf.get("listeningInterface") or "0.0.0.0"
     port = reactor.listenTCP(conf.get("httpServerPort"), build_site(ctx), interface=interface)
     bound = port.getHost()
     log.info("admin HTTP server listening on %s:%d", bound.host, bound.port)
-    return port, ctx
+    return port

@@ -26,7 +26,6 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import (
     BKIllegalOpException,
@@ -35,6 +34,7 @@ from bkfast.errors import (
 )
 from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
 from bkfast.indexstorage.memtable import Memtable
+from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["IndexedLedgerStorage"]
 

@@ -27,13 +27,13 @@ from bkfast.errors import (
     BKMetadataVersionException,
     BKMetaStoreException,
     BKNoSuchLedgerExistsException,
+    MetadataError,
 )
 from bkfast.ids import LedgerId
 
 from .driver import Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
 from .zk_driver import bookie_info_from_data, new_ctoken
-from .zk_layout import MetadataError
 
 __all__ = ["EmbeddedMetadataDriver", "open_stores"]
 

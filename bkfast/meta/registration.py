@@ -16,9 +16,11 @@ import time
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from bkfast.errors import BookieIdInUseError, MetadataError
+from bkfast.ids import split_bookie_id
 from bkfast.proto import BookieServiceInfoFormat
 
-from .zk_layout import AVAILABLE, READONLY, MetadataError, zk_path
+from .zk_layout import AVAILABLE, READONLY, zk_path
 
 __all__ = ["bookie_id", "bookie_service_info", "BookieRegistration", "BookieIdInUseError",
            "SCOPE_IDS_PROPERTY", "split_bookie_id"]
@@ -26,10 +28,6 @@ __all__ = ["bookie_id", "bookie_service_info", "BookieRegistration", "BookieIdIn
 log = logging.getLogger(__name__)
 
 SCOPE_IDS_PROPERTY = "bkfast.scopeIds"
-
-
-class BookieIdInUseError(MetadataError):
-    """Another live bookie (ZooKeeper session) holds this bookie id's registration."""
 
 
 def bookie_id(conf) -> str:
@@ -48,13 +46,6 @@ def bookie_id(conf) -> str:
             except OSError:
                 host = socket.gethostbyname(socket.gethostname())
     return f"{host}:{conf.get('bookiePort')}"
-
-
-def split_bookie_id(bid: str) -> tuple[str, int]:
-    host, sep, port = bid.rpartition(":")
-    if not sep or not port.isdigit():
-        raise MetadataError(f"bookie id {bid!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 def bookie_service_info(host: str, port: int, properties: dict[str, str] | None = None,

@@ -39,20 +39,20 @@ from bkfast.errors import (
     BKMetadataVersionException,
     BKNoSuchLedgerExistsException,
     BKZKException,
+    MetadataError,
 )
-from bkfast.ids import LedgerId
+from bkfast.ids import LedgerId, split_bookie_id
 from bkfast.proto import BookieServiceInfoFormat
 
 from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
-from .registration import BookieRegistration, split_bookie_id
+from .registration import BookieRegistration
 from .zk_idgen import IDGEN_LONG, ZkIdGeneration
 from .zk_layout import (
     AVAILABLE,
     LAYOUT,
     READONLY,
-    MetadataError,
     parse_layout,
     parse_metadata_service_uri,
     zk_path,

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bkfast._entrylog import DIRECT_BLOCK, LOGFILE_HEADER_SIZE, BufferedChannel, parse_run
-from bkfast.bookie.logmark import fsync_dir
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import BKIllegalOpException, StorageCorruptionError
+from bkfast.storage.files import fsync_dir
 
 __all__ = [
     "EntryLogger",
