@@ -20,12 +20,11 @@ from time import perf_counter
 
 from bkfast.codec import decode_v3_adds, serve_v3_reads
 from bkfast.errors import BKError, V3Status, v3_status_for
+from bkfast.ids import DEFERRED_SYNC, scope_field, scope_from_field
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_U64 = (1 << 64) - 1
-DEFERRED_SYNC = 1
 TOTAL_DISK_CAPACITY = 0x01
 FREE_DISK_SPACE = 0x02
 
@@ -139,12 +138,12 @@ def _status(error) -> int:
 
 
 def _scope(msg) -> int:
-    return msg.ledgerScopeId & _U64 if msg.HasField("ledgerScopeId") else 0
+    return scope_from_field(msg.ledgerScopeId) if msg.HasField("ledgerScopeId") else 0
 
 
 def _set_scope(msg, scope_id: int) -> None:
     if scope_id:
-        msg.ledgerScopeId = scope_id if scope_id < (1 << 63) else scope_id - (1 << 64)
+        msg.ledgerScopeId = scope_field(scope_id)
 
 
 class _Reply:
