@@ -52,7 +52,8 @@ def test_lastmark_names_an_existing_journal(java_bookie):
     journals = [p.stem for p in (root / "journal" / "current").glob("*.txn")]
     assert mark["journalIdHex"] in journals and mark["offset"] > 0
     text = shell("lastmark", "--conf", conf).output
-    assert text.strip() == f"LastLogMark: Journal Id - {mark['journalId']}({mark['journalIdHex']}.txn), Pos - {mark['offset']}"
+    assert text.strip() == (f"LastLogMark: Journal Id - {mark['journalId']}({mark['journalIdHex']}.txn), "
+                            f"Pos - {mark['offset']}")
 
 
 def test_listfilesondisc_lists_every_kind(java_bookie):

@@ -184,8 +184,10 @@ def list_files(conf, journal: bool = True, entry_logs: bool = True, index: bool 
     if journal:
         out["journal"] = [f for d in journal_dirs(conf) for f in _files_under(d, lambda p, n: n.endswith(".txn"))]
     if entry_logs:
-        out["entrylog"] = [f for d in ledger_dirs(conf) for f in _files_under(d, lambda p, n: n.endswith(".log")
-                                                                              and os.path.dirname(p).endswith(_CURRENT))]
+        def is_log(path: str, name: str) -> bool:
+            return name.endswith(".log") and os.path.basename(os.path.dirname(path)) == _CURRENT
+
+        out["entrylog"] = [f for d in ledger_dirs(conf) for f in _files_under(d, is_log)]
     if index:
         db = storage_kind(conf.get("ledgerStorageClass")) == "db"
 

@@ -34,7 +34,8 @@ def this_bookie_id(conf) -> str:
 
 
 def is_registered(zk, root: str, bid: str) -> bool:
-    return any(zk.exists(p) is not None for p in (zk_path(root, AVAILABLE, bid), zk_path(root, AVAILABLE, READONLY, bid)))
+    paths = (zk_path(root, AVAILABLE, bid), zk_path(root, AVAILABLE, READONLY, bid))
+    return any(zk.exists(p) is not None for p in paths)
 
 
 def _refuse_if_running(zk, root: str, bid: str, what: str) -> None:

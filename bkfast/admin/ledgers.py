@@ -135,7 +135,7 @@ def simple_test(bk, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 
             progress(entries + len(read), 2 * entries)
     read_s = time.perf_counter() - started
     if read != payloads:
-        bad = next(i for i, (a, b) in enumerate(zip(read, payloads)) if a != b) if len(read) == entries else len(read)
+        bad = next((i for i, (a, b) in enumerate(zip(read, payloads, strict=False)) if a != b), len(read))
         raise AdminError(f"simpletest: ledger {lid} entry {bad} read back differs from what was written")
     if delete:
         bk.delete_ledger(lid)
