@@ -140,7 +140,8 @@ def test_listledgers_and_ledgermetadata(cluster, ledger):
                  shell_json("listledgers", "--meta", "--metadata-uri", cluster.metadata_uri)}
     md = with_meta[ledger]
     assert (md["state"], md["lastEntryId"], md["ensembleSize"], md["writeQuorumSize"]) == ("CLOSED", 19, 3, 2)
-    assert sorted(md["ensembles"]["0"]) == sorted(b.bookie_id for b in cluster.bookies)
+    assert sorted(b["id"] for b in md["allEnsembles"]["0"]) == sorted(b.bookie_id for b in cluster.bookies)
+    assert md["closed"] is True and md["password"] == "c2hlbGwtdGVzdHM="          # base64 of the password
     assert shell_json("ledgermetadata", str(ledger), "--metadata-uri", cluster.metadata_uri) == md
     qualified = f"{0:016x}{ledger:016x}"
     assert shell_json("ledgermetadata", "--ledger-qualified-name", qualified,

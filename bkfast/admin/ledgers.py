@@ -19,24 +19,30 @@ READ_BATCH = 1000
 
 
 def metadata_to_dict(ledger: LedgerRef, md) -> dict:
-    """A ledger's metadata as JSON-ready data (BookKeeper's field names; bytes in base64)."""
-    return {
+    """A ledger's metadata as JSON-ready data: Java's LedgerMetadataImpl JSON (spec §9.3: its fields in its
+    order, password and custom values in base64, ensembles keyed by first entry id), plus `scopeId` and
+    `qualifiedName` for a scoped ledger."""
+    out = {
         "ledgerId": ledger.ledger_id,
-        "scopeId": ledger.scope_id,
-        "qualifiedName": ledger.ledger.qualified_name,
         "metadataFormatVersion": md.metadata_format_version,
         "ensembleSize": md.ensemble_size,
         "writeQuorumSize": md.write_quorum_size,
         "ackQuorumSize": md.ack_quorum_size,
         "state": md.state.name,
-        "lastEntryId": md.last_entry_id,
         "length": md.length,
+        "lastEntryId": md.last_entry_id,
+        "ctime": md.ctime if md.ctime is not None else -1,
         "digestType": md.digest_type.name,
-        "ctime": md.ctime,
-        "cToken": md.c_token,
-        "ensembles": {str(first): list(bookies) for first, bookies in md.ensembles},
+        "password": base64.b64encode(md.password).decode(),
         "customMetadata": {k: base64.b64encode(v).decode() for k, v in sorted(md.custom_metadata.items())},
+        "closed": md.is_closed,
+        "allEnsembles": {str(first): [{"id": b} for b in bookies] for first, bookies in md.ensembles},
+        "ctoken": md.c_token,
     }
+    if ledger.scope_id:
+        out["scopeId"] = ledger.scope_id
+        out["qualifiedName"] = ledger.ledger.qualified_name
+    return out
 
 
 def _metadata(bk, ledger: LedgerRef):

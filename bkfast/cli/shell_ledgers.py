@@ -12,6 +12,11 @@ from .shell_common import client_of, common_options, emit, json_option, ledger_o
 __all__ = ["COMMANDS"]
 
 
+def _last_ensemble(md: dict) -> str:
+    ensembles = md["allEnsembles"]
+    return ",".join(b["id"] for b in ensembles[max(ensembles, key=int)])
+
+
 @click.command()
 @common_options
 @click.option("--meta", "-m", "with_meta", is_flag=True, help="Also print each ledger's metadata")
@@ -29,7 +34,7 @@ def listledgers(target, with_meta, scope_id, as_json):
                 m = r["metadata"]
                 yield (f"ledgerID: {r['ledgerId']}\tstate {m['state']}\tE/W/A {m['ensembleSize']}/"
                        f"{m['writeQuorumSize']}/{m['ackQuorumSize']}\tlastEntryId {m['lastEntryId']}\t"
-                       f"length {m['length']}\tbookies {','.join(m['ensembles'][max(m['ensembles'], key=int)])}")
+                       f"length {m['length']}\tbookies {_last_ensemble(m)}")
             else:
                 yield f"ledgerID: {r['ledgerId']}"
 
