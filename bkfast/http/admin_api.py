@@ -451,10 +451,30 @@ class _NotFound(resource.Resource):
         return _reply(request, 404, {"error": f"no such resource: {request.path.decode('utf-8', 'replace')}"})
 
 
+class _LeafWithChildren(resource.Resource):
+    """An existing leaf endpoint (e.g. /api/v1/bookie/gc) that now has children (gc/suspend_compaction): the
+    leaf still answers its own path."""
+
+    def __init__(self, leaf: resource.Resource):
+        super().__init__()
+        self.leaf = leaf
+
+    def render(self, request):
+        return self.leaf.render(request)
+
+    def getChild(self, path, request):
+        if path == b"":
+            return self.leaf
+        return _NotFound()
+
+
 def _child(parent: resource.Resource, name: bytes) -> resource.Resource:
     existing = parent.children.get(name)
     if existing is None:
         existing = _Branch()
+        parent.putChild(name, existing)
+    elif existing.isLeaf:
+        existing = _LeafWithChildren(existing)
         parent.putChild(name, existing)
     return existing
 
