@@ -156,3 +156,45 @@ def test_offline_mistakes_are_one_line(java_bookie, tmp_path):
     empty.write_text(f"ledgerDirectories={tmp_path / 'nothing'}\n")
     r = shell("lastmark", "--conf", str(empty), ok=False)
     assert r.exit_code == 1 and "ledgerDirectories" in r.output and len(r.output.splitlines()) == 1
+
+
+def _run_on_terminal(args: list[str]) -> str:
+    """Run `bkfast` with stdout and stderr on a pseudo-terminal; everything it wrote there."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "bkfast.cli.main", *args], stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave, env={**os.environ, "TERM": "xterm-256color",
+                                                             "COLUMNS": "100"})
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:          # EIO: the other side closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(master)
+        assert proc.wait(60) == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_bar_on_a_terminal_only(java_bookie):
+    import subprocess
+    import sys
+
+    _name, _root, conf, _manifest = java_bookie
+    args = ["shell", "localconsistencycheck", "--conf", conf]
+    on_terminal = _run_on_terminal(args)
+    assert "checking ledgers" in on_terminal and "problems" in on_terminal
+    piped = subprocess.run([sys.executable, "-m", "bkfast.cli.main", *args], capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert "checking ledgers" not in piped.stdout + piped.stderr
+    assert piped.stdout.startswith("checked ") and piped.stderr == ""
