@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_DB_STORAGE_CACHE_MB",
     "Key",
     "ServerConfiguration",
+    "format_value",
     "parse_properties",
     "unknown_key_warnings",
     "log_unknown_keys",
@@ -337,7 +338,7 @@ def _convert(key: Key, value: object) -> Any:
     return number
 
 
-def _format(value: Any) -> str:
+def format_value(value: Any) -> str:
     """The text form of a value, as it would appear in a bk_server.conf (the inverse of _convert)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -564,7 +565,7 @@ class Configuration:
     def dump(self, include_defaults: bool = False) -> str:
         """`key=value` text that `load()` reads back to an equal configuration."""
         lines = [
-            f"{name}={_format(value)}"
+            f"{name}={format_value(value)}"
             for name, value in self.to_dict(include_defaults).items()
             if value is not None
         ]

@@ -198,3 +198,25 @@ def test_progress_bar_on_a_terminal_only(java_bookie):
                            timeout=60, check=True)
     assert "checking ledgers" not in piped.stdout + piped.stderr
     assert piped.stdout.startswith("checked ") and piped.stderr == ""
+
+
+
+LEDGER_ID_COMMANDS = {"ledgermetadata", "readledger", "deleteledger", "ledger"}
+
+
+def test_every_shell_command_has_help_and_the_common_options():
+    from bkfast.cli.shell import shell as group
+
+    expected = {"initnewcluster", "metaformat", "nukeexistingcluster", "whatisinstanceid", "listbookies", "bookieinfo",
+                "clusterinfo", "listledgers", "ledgermetadata", "readledger", "deleteledger", "simpletest", "lastmark",
+                "readjournal", "readentrylog", "ledger", "listfilesondisc", "bookieformat", "updatecookie",
+                "bookiesanity", "localconsistencycheck"}
+    assert set(group.commands) == expected
+    for name in sorted(expected):
+        r = shell(name, "--help")
+        assert r.output.startswith(f"Usage: main shell {name} ")
+        assert " ".join(group.commands[name].help.split()[:3]) in r.output
+        for option in ("--conf", "--metadata-uri", "--verbose", "--json"):
+            assert option in r.output, (name, option)
+        for option in ("--ledger-scope-id", "--ledger-qualified-name"):
+            assert (option in r.output) == (name in LEDGER_ID_COMMANDS), (name, option)

@@ -191,8 +191,10 @@ def test_mistakes_are_one_line_without_traceback(cluster, tmp_path):
         assert r.exit_code == 1, r.output
         assert r.output.startswith("Error: cannot connect to ZooKeeper at 127.0.0.1:1")
         assert len(r.output.splitlines()) == 1 and "Traceback" not in r.output
-    r = shell("listbookies", "--metadata-uri", "embedded:///tmp/x", ok=False)
-    assert r.exit_code == 1 and "needs ZooKeeper metadata" in r.output
+    for command in ("listbookies", "listledgers"):
+        r = shell(command, "--metadata-uri", f"embedded://{tmp_path}/meta", ok=False)
+        assert r.exit_code == 1 and "start the sandbox with --zk" in r.output and len(r.output.splitlines()) == 1
+    assert not (tmp_path / "meta").exists()
     r = shell("readledger", "--metadata-uri", cluster.metadata_uri, ok=False)
     assert r.exit_code == 2 and "no ledger given" in r.output
     r = shell("readledger", "1", "--ledger-qualified-name", "x" * 32, "--metadata-uri", cluster.metadata_uri, ok=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import bkfast
-from bkfast.conf import CLIENT_KEYS, ServerConfiguration, _format, log_unknown_keys, unknown_key_warnings
+from bkfast.conf import CLIENT_KEYS, ServerConfiguration, format_value, log_unknown_keys, unknown_key_warnings
 from bkfast.errors import ConfigurationError
 from bkfast.ids import bookie_address, interface_ipv4, interface_names
 
@@ -73,9 +73,9 @@ def test_shipped_conf_shows_each_default():
         if shown == "" or key.derive is not None or key.default is None:
             continue
         if name == "journalDirectories":
-            assert shown == _format(ServerConfiguration().get(name))
+            assert shown == format_value(ServerConfiguration().get(name))
             continue
-        assert shown == _format(key.default), name
+        assert shown == format_value(key.default), name
 
 
 def test_every_listed_key_has_a_line_of_explanation():

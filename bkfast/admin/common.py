@@ -70,8 +70,8 @@ def zk_target(metadata_uri: str) -> tuple[str, str, str]:
     from bkfast.meta import MetadataError, parse_metadata_service_uri
 
     if metadata_uri.lower().startswith("embedded:"):
-        raise AdminError(f"{metadata_uri}: this command needs ZooKeeper metadata (zk+hierarchical://host:port/"
-                         "ledgers); embedded metadata is served by the one process that opened it")
+        raise AdminError(f"{metadata_uri}: embedded metadata is served by the one process that opened it; "
+                         "start the sandbox with --zk and use its zk+hierarchical://host:port/ledgers URI")
     try:
         return parse_metadata_service_uri(metadata_uri)
     except MetadataError as err:

@@ -160,6 +160,8 @@ def client_of(target: Target, timeout_s: float = 60.0) -> Iterator:
     """A blocking ledger client on the target's metadata URI, closed on exit."""
     from bkfast import BookKeeper
 
+    if target.metadata_uri.lower().startswith("embedded:"):
+        zk_target(target.metadata_uri)           # the one-line refusal: embedded metadata serves one process
     if target.metadata_uri.lower().startswith(("zk:", "zk+")):
         # Fail in one line before the client's retries: the store must be reachable.
         hosts, _root, _layout = zk_target(target.metadata_uri)

@@ -37,7 +37,7 @@ from twisted.web import resource, server
 
 from bkfast.admin import bookie_files, bookie_ops, cluster, ledgers
 from bkfast.admin.common import AdminError, LedgerRef
-from bkfast.conf import _format
+from bkfast.conf import format_value
 from bkfast.errors import BKError, BKNoSuchLedgerExistsException, ConfigurationError, InvalidLedgerIdError
 from bkfast.ids import LedgerId
 
@@ -149,7 +149,7 @@ class _Services:
 
 
 def server_config_get(s: _Services, params, body):
-    return {k: _format(v) for k, v in s.conf.to_dict().items() if v is not None}
+    return {k: format_value(v) for k, v in s.conf.to_dict().items() if v is not None}
 
 
 def server_config_put(s: _Services, params, body):
