@@ -609,14 +609,18 @@ def unknown_key_warnings(conf: Configuration) -> tuple[list[str], list[str]]:
     """(one warning per unknown key that looks like a misspelled known key, the other unknown keys).
 
     A warning reads "journalDirectores is not a key bkfast reads; did you mean journalDirectories?".
-    Case-insensitive equality counts as a misspelling. The other unknown keys are kept for plugins.
+    Case-insensitive equality counts as a misspelling. BookKeeper's own keys that bkfast does not read
+    (bkfast.conf_java) are never taken for misspellings. The other unknown keys are kept for plugins.
     """
+    from bkfast.conf_java import JAVA_SERVER_KEYS_NOT_READ
+
     known = [key.name for key in conf.KEYS]
     by_lower = {name.lower(): name for name in known}
+    real = JAVA_SERVER_KEYS_NOT_READ | {key.name for key in COMMON_KEYS + SERVER_KEYS + CLIENT_KEYS}
     suggestions, others = [], []
     for name in conf.unknown_keys:
-        match = by_lower.get(name.lower())
-        if match is None:
+        match = None if name in real else by_lower.get(name.lower())
+        if match is None and name not in real:
             close = difflib.get_close_matches(name, known, n=1, cutoff=_CLOSE_MATCH_CUTOFF)
             match = close[0] if close else None
         if match is None:

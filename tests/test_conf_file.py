@@ -157,3 +157,37 @@ def test_unknown_interface_is_a_one_line_error_naming_the_key():
         bookie_address(ServerConfiguration({"listeningInterface": "nosuch9"}))
     assert str(err.value).startswith("listeningInterface: no network interface named 'nosuch9'")
     assert "lo" in str(err.value) and "\n" not in str(err.value)
+
+
+def java_conf_keys() -> list[str]:
+    text = (REPO / "tests" / "vectors" / "java_bk_server_conf_keys.txt").read_text()
+    return [word for line in text.splitlines() if not line.startswith("#") for word in line.split()]
+
+
+def test_no_key_of_a_java_bk_server_conf_is_taken_for_a_misspelling(tmp_path):
+    from bkfast.conf_java import JAVA_SERVER_KEYS_NOT_READ
+
+    server_keys = {key.name for key in ServerConfiguration.KEYS}
+    client_keys = {key.name for key in CLIENT_KEYS}
+    keys = java_conf_keys()
+    assert len(keys) > 150
+    assert not JAVA_SERVER_KEYS_NOT_READ & (server_keys | client_keys)      # a key bkfast reads leaves that list
+    assert set(keys) <= server_keys | client_keys | JAVA_SERVER_KEYS_NOT_READ
+    lines = []
+    for name in keys:
+        if name in server_keys:
+            default = ServerConfiguration().get(name)
+            if default is not None:
+                lines.append(f"{name}={format_value(default)}")
+        else:
+            lines.append(f"{name}=some-value")
+    path = tmp_path / "java_bk_server.conf"
+    path.write_text("\n".join(lines) + "\n")
+    conf = ServerConfiguration.load(path, env={})
+    suggestions, others = unknown_key_warnings(conf)
+    assert suggestions == []
+    assert set(others) == set(keys) - server_keys
+    # ...while a typo of one of them is still caught
+    conf.set("dbStorage_rocksDB_blockCachSize", "1")
+    assert unknown_key_warnings(conf)[0] == [
+        "dbStorage_rocksDB_blockCachSize is not a key bkfast reads; did you mean dbStorage_rocksDB_blockCacheSize?"]
