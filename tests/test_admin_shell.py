@@ -5,6 +5,7 @@ and the cookie commands on a stopped bookie's directories."""
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 
 import pytest
@@ -52,7 +53,7 @@ def shell_json(*args):
     return json.loads(shell(*args, "--json").stdout)
 
 
-def bookie_conf(cluster, bookie, tmp_path, **extra) -> str:
+def bookie_conf(cluster, bookie, tmp_path, name: str = "bookie", **extra) -> str:
     conf = {
         "metadataServiceUri": cluster.metadata_uri,
         "journalDirectory": str(bookie.data_dir / "journal"),
@@ -64,7 +65,7 @@ def bookie_conf(cluster, bookie, tmp_path, **extra) -> str:
         "dbStorage_readAheadCacheMaxSizeMb": "16",
         **extra,
     }
-    path = tmp_path / f"bookie-{bookie.port}.conf"
+    path = tmp_path / f"{name}-{bookie.port}.conf"
     path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
     return str(path)
 
@@ -260,9 +261,22 @@ def test_offline_commands_on_a_stopped_bookie(cluster, ledger, tmp_path):
     assert bookie.bookie_id in listed["zookeeper"]
     assert all(bookie.bookie_id in text for text in listed["directories"].values())
 
+    # The id moves to the host-name form and back; cookies in ZooKeeper and in every directory follow.
+    host = socket.gethostbyaddr("127.0.0.1")[0]
+    moved = shell_json("updatecookie", "--bookie-id", "hostname", "--conf", conf)
+    assert moved == {"oldBookieId": bookie.bookie_id, "newBookieId": f"{host}:{bookie.port}"}
+    assert cluster.zk.exists(f"{cluster.root}/cookies/{bookie.bookie_id}") is None
+    by_name = bookie_conf(cluster, bookie, tmp_path, "by-name", useHostNameAsBookieID="true")
+    listed = shell_json("updatecookie", "--list", "--conf", by_name)
+    assert all(f'bookieHost: "{host}:{bookie.port}"' in text for text in listed["directories"].values())
+    r = shell("updatecookie", "--bookie-id", "hostname", "--conf", by_name, ok=False)
+    assert r.exit_code == 1 and "either way" in r.output
+    back = shell_json("updatecookie", "--bookie-id", "ip", "--conf", by_name)
+    assert back["newBookieId"] == bookie.bookie_id
+    assert shell_json("localconsistencycheck", "--conf", conf)["problems"] == []
+
     new_dir = tmp_path / "more-ledgers"
-    (tmp_path / "expanded").mkdir()
-    expanded_conf = bookie_conf(cluster, bookie, tmp_path / "expanded",
+    expanded_conf = bookie_conf(cluster, bookie, tmp_path, "expanded",
                                 ledgerDirectories=f"{bookie.data_dir / 'ledgers'},{new_dir}")
     out = shell_json("updatecookie", "--expandstorage", "--conf", expanded_conf)
     assert out["addedDirectories"] == [str(new_dir)]
