@@ -226,7 +226,7 @@ def test_bookiesanity_on_a_running_bookie(cluster, tmp_path):
     conf = bookie_conf(cluster, cluster.bookies[0], tmp_path)
     out = shell_json("bookiesanity", "--conf", conf)
     assert out["ok"] and out["bookieId"] == cluster.bookies[0].bookie_id and out["entries"] == 10
-    r = shell("bookiesanity", "--conf", bookie_conf(cluster, cluster.bookies[0], tmp_path, bookiePort="1"), ok=False)
+    r = shell("bookiesanity", "--conf", bookie_conf(cluster, cluster.bookies[0], tmp_path, "port1", bookiePort="1"), ok=False)
     assert r.exit_code == 1 and "127.0.0.1:1 is not registered" in r.output
 
 
