@@ -295,3 +295,14 @@ def test_offline_commands_on_a_stopped_bookie(cluster, ledger, tmp_path):
     assert cluster.zk.exists(f"{cluster.root}/cookies/{bookie.bookie_id}") is None
     r = shell("lastmark", "--conf", conf, ok=False)                       # wiped: nothing left to read
     assert r.exit_code == 1 and "check ledgerDirectories" in r.output
+
+
+def test_the_console_script_runs_a_client_command_and_exits(cluster, ledger):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "bkfast.cli.main", "shell", "listledgers", "--json",
+                           "--metadata-uri", cluster.metadata_uri], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert {"ledgerId": ledger} in json.loads(done.stdout)
+    assert done.stderr == ""
