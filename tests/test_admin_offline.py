@@ -201,7 +201,7 @@ def test_progress_bar_on_a_terminal_only(java_bookie):
 
 
 
-LEDGER_ID_COMMANDS = {"ledgermetadata", "readledger", "deleteledger", "ledger"}
+LEDGER_ID_COMMANDS = {"ledgermetadata", "readledger", "deleteledger", "ledger", "readentrylog"}
 
 
 def test_every_shell_command_has_help_and_the_common_options():

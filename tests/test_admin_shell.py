@@ -226,7 +226,8 @@ def test_bookiesanity_on_a_running_bookie(cluster, tmp_path):
     conf = bookie_conf(cluster, cluster.bookies[0], tmp_path)
     out = shell_json("bookiesanity", "--conf", conf)
     assert out["ok"] and out["bookieId"] == cluster.bookies[0].bookie_id and out["entries"] == 10
-    r = shell("bookiesanity", "--conf", bookie_conf(cluster, cluster.bookies[0], tmp_path, "port1", bookiePort="1"), ok=False)
+    wrong_port = bookie_conf(cluster, cluster.bookies[0], tmp_path, "port1", bookiePort="1")
+    r = shell("bookiesanity", "--conf", wrong_port, ok=False)
     assert r.exit_code == 1 and "127.0.0.1:1 is not registered" in r.output
 
 
@@ -306,3 +307,24 @@ def test_the_console_script_runs_a_client_command_and_exits(cluster, ledger):
     assert done.returncode == 0, done.stderr
     assert {"ledgerId": ledger} in json.loads(done.stdout)
     assert done.stderr == ""
+
+
+def test_scoped_ledgers_by_scope_id_and_qualified_name(cluster, tmp_path):
+    """BP-34: a 128-bit ledger id named by --ledger-scope-id + id or by --ledger-qualified-name."""
+    scope = 0xB0B
+    with BookKeeper(cluster.metadata_uri, timeout=60, protocol="v3") as bk:
+        lh = bk.create_ledger(2, 2, 2, password=b"scoped", scope_id=scope)
+        lh.add_entries([b"scoped-0", b"scoped-1", b"scoped-2"])
+        lh.close()
+    lid = lh.ledger_id
+    qualified = f"{scope:016x}{lid:016x}"
+    uri = ["--metadata-uri", cluster.metadata_uri]
+    md = shell_json("ledgermetadata", "--ledger-qualified-name", qualified, *uri)
+    assert (md["qualifiedName"], md["scopeId"], md["ledgerId"], md["lastEntryId"]) == (qualified, scope, lid, 2)
+    assert shell_json("ledgermetadata", str(lid), "--ledger-scope-id", str(scope), *uri) == md
+    assert [r["ledgerId"] for r in shell_json("listledgers", "--ledger-scope-id", str(scope), *uri)] == [lid]
+    rows = shell_json("readledger", "--ledger-qualified-name", qualified, *uri)
+    assert [r["data"] for r in rows] == ["scoped-0", "scoped-1", "scoped-2"]
+    assert shell_json("deleteledger", str(lid), "--ledger-scope-id", str(scope), "--force", *uri)["deleted"]
+    r = shell("ledgermetadata", "--ledger-qualified-name", qualified, *uri, ok=False)
+    assert r.exit_code == 1 and f"ledger {qualified} does not exist" in r.output

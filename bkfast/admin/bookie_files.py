@@ -106,7 +106,7 @@ def _entry_log_location(conf, ref: str) -> tuple[str, int]:
     raise AdminError(f"no entry log {log_id} ({log_id:x}.log) in {', '.join(ledger_dirs(conf))}")
 
 
-def read_entry_log(conf, ref: str, ledger_id: int | None = None, entry_id: int | None = None,
+def read_entry_log(conf, ref: str, ledger: LedgerRef | None = None, entry_id: int | None = None,
                    with_data: bool = False) -> Iterator[dict]:
     """readentrylog: the entries of one entry log (by id or path), optionally of one ledger / entry:
     {"logId", "offset", "location", "scopeId", "ledgerId", "entryId", "size"[, "data"]}."""
@@ -114,7 +114,7 @@ def read_entry_log(conf, ref: str, ledger_id: int | None = None, entry_id: int |
     logger = EntryLogger([directory], conf)
     try:
         for r in logger.scan_records(log_id, with_data=with_data):
-            if ledger_id is not None and r.ledger_id != ledger_id:
+            if ledger is not None and (r.scope_id, r.ledger_id) != (ledger.scope_id, ledger.ledger_id):
                 continue
             if entry_id is not None and r.entry_id != entry_id:
                 continue

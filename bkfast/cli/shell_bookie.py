@@ -61,19 +61,28 @@ def readjournal(target, journal, with_msg, fmt, as_json):
 @click.argument("entry_log")
 @click.option("--ledger", "-l", "ledger_id", type=click.IntRange(0, 2**63 - 1), default=None,
               help="Only entries of this ledger")
+@click.option("--ledger-scope-id", "scope_id", type=click.IntRange(0, 2**64 - 1), default=None,
+              help="Scope of --ledger (default 0)")
+@click.option("--ledger-qualified-name", "qualified_name", default=None, metavar="HEX32",
+              help="Only entries of this ledger, as 32 hex digits (instead of --ledger)")
 @click.option("--entry", "-e", "entry_id", type=click.IntRange(0, 2**63 - 1), default=None,
-              help="Only this entry (with --ledger)")
+              help="Only this entry (with a ledger)")
 @click.option("--msg", "-m", "with_msg", is_flag=True, help="Print each entry's bytes too")
 @click.option("--as", "fmt", type=click.Choice(["hex", "text"]), default="hex", show_default=True,
               help="How to print the bytes with --msg")
 @json_option
-def readentrylog(target, entry_log, ledger_id, entry_id, with_msg, fmt, as_json):
+def readentrylog(target, entry_log, ledger_id, scope_id, qualified_name, entry_id, with_msg, fmt, as_json):
     """Print the entries of an entry log: ENTRY_LOG is its id (decimal, or 0x-hex as in the file name) or
     its path."""
-    if entry_id is not None and ledger_id is None:
+    ref = None
+    if ledger_id is not None or qualified_name is not None:
+        ref = ref_of(ledger_id, scope_id, qualified_name)
+    elif scope_id is not None:
+        raise click.UsageError("--ledger-scope-id needs --ledger")
+    if entry_id is not None and ref is None:
         raise click.UsageError("--entry needs --ledger")
     rows = []
-    for row in bookie_files.read_entry_log(target.conf, entry_log, ledger_id, entry_id, with_msg):
+    for row in bookie_files.read_entry_log(target.conf, entry_log, ref, entry_id, with_msg):
         _payload(row, fmt)
         rows.append(row)
     emit(rows, as_json, lambda rs: [f"location {r['logId']:x}:{r['offset']}\tledger {r['ledgerId']}\t"
