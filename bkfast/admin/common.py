@@ -100,12 +100,6 @@ def zk_session(hosts: str, timeout_s: float) -> Iterator:
 
 def in_reactor(timeout_s: float, fn, *args, **kwargs):
     """Run `fn(*args)` (which may return a Deferred or a coroutine) on the client's reactor thread and wait."""
-    import crochet
+    from bkfast.client.blocking import call_in_reactor
 
-    from bkfast.client import blocking
-
-    blocking._ensure_reactor_thread()
-    try:
-        return blocking._in_reactor(fn, args, kwargs).wait(timeout_s)
-    except crochet.TimeoutError:
-        raise AdminError(f"no answer within {timeout_s:g} s") from None
+    return call_in_reactor(timeout_s, fn, *args, **kwargs)

@@ -19,7 +19,7 @@ import crochet
 
 from bkfast.errors import BKTimeoutException
 
-__all__ = ["BookKeeper", "BlockingLedgerHandle"]
+__all__ = ["BookKeeper", "BlockingLedgerHandle", "call_in_reactor"]
 
 _setup_lock = threading.Lock()
 _setup_done = False
@@ -49,6 +49,14 @@ def _wait(timeout: float, fn, *args, **kwargs):
         return _in_reactor(fn, args, kwargs).wait(timeout)
     except crochet.TimeoutError:
         raise BKTimeoutException(f"no result within {timeout} s from {getattr(fn, '__name__', fn)}") from None
+
+
+def call_in_reactor(timeout: float, fn, *args, **kwargs):
+    """Run `fn(*args, **kwargs)` (which may return a Deferred or a coroutine) in the client's reactor thread
+    and wait for its result (BKTimeoutException after `timeout` s). For callers of the async API, e.g.
+    bkfast.admin asking a bookie through `BookKeeper.async_client`."""
+    _ensure_reactor_thread()
+    return _wait(timeout, fn, *args, **kwargs)
 
 
 class BlockingLedgerHandle:
