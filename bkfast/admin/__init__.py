@@ -7,8 +7,10 @@
 - `ledgers`: ledger operations through the client (listledgers, ledgermetadata, readledger,
   deleteledger, simpletest).
 - `bookie_files`: a stopped bookie's own files (lastmark, readjournal, readentrylog, ledger index,
-  listfilesondisc, localconsistencycheck), plus cookies (bookieformat, updatecookie) and bookiesanity.
-- `storage_access`: the ONE place admin imports the bookie's storage modules from.
+  listfilesondisc, localconsistencycheck), both storages and Java-written directories.
+- `bookie_ops`: one bookie's cookies (bookieformat, updatecookie) and bookiesanity.
+- `storage_access`: the ONE place admin imports the bookie's storage modules from (journal, entry logs,
+  lastMark, storage factory), so moving them is one import to fix.
 
 Long operations take `progress(done, total)` callables (total may be None) so a face can show a bar.
 """
