@@ -1,4 +1,4 @@
-"""`python -m tests.admin_api_launcher bookie ...`: the `bkfast` command with the HTTP admin endpoints of
+"""`python tests/admin_api_launcher.py bookie ...`: the `bkfast` command with the HTTP admin endpoints of
 bkfast/http/admin_api.py installed on the bookie's admin site (until the server installs them itself).
 Everything else is the ordinary `bkfast bookie` code path."""
 

@@ -30,7 +30,7 @@ class HttpBookie(LocalBookie):
 
     def command(self) -> list[str]:
         args = super().command()
-        return [args[0], "-m", "tests.admin_api_launcher", *args[3:]]
+        return [args[0], str(Path(__file__).with_name("admin_api_launcher.py")), *args[3:]]
 
 
 @pytest.fixture(scope="module")
