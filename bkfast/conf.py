@@ -13,6 +13,8 @@ rather than rejected. It is a leaf: it imports only the stdlib and bkfast.errors
 
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 import os
 import re
@@ -31,7 +33,10 @@ __all__ = [
     "DEFAULT_DB_STORAGE_CACHE_MB",
     "Key",
     "ServerConfiguration",
+    "format_value",
     "parse_properties",
+    "unknown_key_warnings",
+    "log_unknown_keys",
 ]
 
 _MiB = 1024 * 1024
@@ -112,9 +117,11 @@ SERVER_KEYS: tuple[Key, ...] = (
     # Network and identity
     Key("bookiePort", int, 3181, "Port the bookie listens on", min=0, max=65535),
     Key("allowEphemeralPorts", bool, False, "Allow bookiePort=0 (a random port; for tests)"),
-    Key("listeningInterface", str, None, "Network interface whose address the bookie advertises"),
+    Key("listeningInterface", str, None, "Network interface (lo, eth0) whose IPv4 address the bookie binds "
+        "and, without advertisedAddress, advertises; unset = bind every interface"),
     Key("advertisedAddress", str, None, "Address advertised to clients instead of the interface's"),
     Key("useHostNameAsBookieID", bool, False, "Build the default bookie id from the host name, not the IP"),
+    Key("useShortHostName", bool, False, "With useHostNameAsBookieID, use the host name up to its first dot"),
     Key("bookieId", str, None, "Explicit bookie id (default host:port)"),
     Key("serverTcpNoDelay", bool, True, "Set TCP_NODELAY on bookie connections"),
     # Directories
@@ -343,7 +350,7 @@ def _convert(key: Key, value: object) -> Any:
     return number
 
 
-def _format(value: Any) -> str:
+def format_value(value: Any) -> str:
     """The text form of a value, as it would appear in a bk_server.conf (the inverse of _convert)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -570,7 +577,7 @@ class Configuration:
     def dump(self, include_defaults: bool = False) -> str:
         """`key=value` text that `load()` reads back to an equal configuration."""
         lines = [
-            f"{name}={_format(value)}"
+            f"{name}={format_value(value)}"
             for name, value in self.to_dict(include_defaults).items()
             if value is not None
         ]
@@ -604,6 +611,50 @@ def _index_keys(cls: type[Configuration]) -> None:
 _index_keys(Configuration)
 
 
+_CLOSE_MATCH_CUTOFF = 0.85
+"""How alike (difflib ratio) an unknown key and a known one must be to suggest the known one. High, so
+that the many Java keys bkfast does not implement (statsProviderClass, ...) get no false suggestion,
+while a typo (journalDirectores) still does."""
+
+
+def unknown_key_warnings(conf: Configuration) -> tuple[list[str], list[str]]:
+    """(one warning per unknown key that looks like a misspelled known key, the other unknown keys).
+
+    A warning reads "journalDirectores is not a key bkfast reads; did you mean journalDirectories?".
+    Case-insensitive equality counts as a misspelling. BookKeeper's own keys that bkfast does not read
+    (bkfast.conf_java) are never taken for misspellings. The other unknown keys are kept for plugins.
+    """
+    from bkfast.conf_java import JAVA_SERVER_KEYS_NOT_READ
+
+    known = [key.name for key in conf.KEYS]
+    by_lower = {name.lower(): name for name in known}
+    real = JAVA_SERVER_KEYS_NOT_READ | {key.name for key in COMMON_KEYS + SERVER_KEYS + CLIENT_KEYS}
+    suggestions, others = [], []
+    for name in conf.unknown_keys:
+        match = None if name in real else by_lower.get(name.lower())
+        if match is None and name not in real:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=_CLOSE_MATCH_CUTOFF)
+            match = close[0] if close else None
+        if match is None:
+            others.append(name)
+        else:
+            suggestions.append(f"{name} is not a key bkfast reads; did you mean {match}?")
+    return suggestions, others
+
+
+def log_unknown_keys(conf: Configuration, logger: logging.Logger | None = None) -> list[str]:
+    """Log the configuration's unknown keys once (call at start): a WARNING per likely misspelling, with
+    the closest known key, and one INFO line naming the rest (kept: plugins may read them). Returns the
+    warnings."""
+    logger = logger or logging.getLogger("bkfast.conf")
+    suggestions, others = unknown_key_warnings(conf)
+    for line in suggestions:
+        logger.warning("%s", line)
+    if others:
+        logger.info("keys bkfast does not read (kept for plugins): %s", ", ".join(others))
+    return suggestions
+
+
 class ServerConfiguration(Configuration):
     """A bookie's configuration (BookKeeper's ServerConfiguration)."""
 
@@ -615,6 +666,7 @@ class ServerConfiguration(Configuration):
     listening_interface = _Setting("listeningInterface")
     advertised_address = _Setting("advertisedAddress")
     use_host_name_as_bookie_id = _Setting("useHostNameAsBookieID")
+    use_short_host_name = _Setting("useShortHostName")
     bookie_id = _Setting("bookieId")
     server_tcp_no_delay = _Setting("serverTcpNoDelay")
     # Directories

@@ -113,6 +113,9 @@ class GarbageCollector:
         self._state_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._forced = {"major": False, "minor": False}
+        # Java's suspendMajorGC / suspendMinorGC (the admin API's gc/suspend_compaction): a suspended kind
+        # does not run, even when forced; garbage collection of deleted ledgers goes on.
+        self.suspended = {"major": False, "minor": False}
         self.compactor = Compactor(storage, conf, self._stop)
         self._usage: dict[tuple[int, int], LogUsage] = {}
         now = time.monotonic()
@@ -149,6 +152,17 @@ class GarbageCollector:
         self._forced["major"] |= force_major
         self._forced["minor"] |= force_minor
         self._wake.set()
+
+    def suspend(self, major: bool = False, minor: bool = False) -> None:
+        """Stop starting major and/or minor compactions until `resume` (a running one finishes)."""
+        self.suspended["major"] |= major
+        self.suspended["minor"] |= minor
+
+    def resume(self, major: bool = False, minor: bool = False) -> None:
+        if major:
+            self.suspended["major"] = False
+        if minor:
+            self.suspended["minor"] = False
 
     def _loop(self) -> None:
         interval_s = max(1, int(self.conf.get("gcWaitTime"))) / 1000.0
@@ -248,6 +262,10 @@ class GarbageCollector:
         now = time.monotonic()
         major_on = get("majorCompactionInterval") > 0 and get("majorCompactionThreshold") > 0
         minor_on = get("minorCompactionInterval") > 0 and get("minorCompactionThreshold") > 0
+        if self.suspended["major"]:
+            major_on = force_major = False
+        if self.suspended["minor"]:
+            minor_on = force_minor = False
         if force_major or (major_on and now - self._last_major >= get("majorCompactionInterval")):
             kind = "major"
         elif force_minor or (minor_on and now - self._last_minor >= get("minorCompactionInterval")):

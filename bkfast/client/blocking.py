@@ -15,9 +15,17 @@ from collections.abc import Iterable, Iterator
 
 from bkfast.reactor import call, start_reactor_thread, submit
 
-__all__ = ["BookKeeper", "BlockingLedgerHandle"]
+__all__ = ["BookKeeper", "BlockingLedgerHandle", "call_in_reactor"]
 
 DEFAULT_TIMEOUT_S = 120.0
+
+
+def call_in_reactor(timeout: float, fn, *args, **kwargs):
+    """Run `fn(*args, **kwargs)` (which may return a Deferred or a coroutine) in the client's reactor thread
+    and wait for its result (a BKTimeoutException after `timeout` s). For callers of the async API, e.g.
+    bkfast.admin asking a bookie through `BookKeeper.async_client`."""
+    start_reactor_thread()
+    return call(fn, *args, timeout=timeout, **kwargs)
 
 
 class BlockingLedgerHandle:

@@ -9,7 +9,6 @@ use from a thread, not the reactor.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 
@@ -31,21 +30,11 @@ SCOPE_IDS_PROPERTY = "bkfast.scopeIds"
 
 
 def bookie_id(conf) -> str:
-    """``bookieId`` if set, else ``advertisedAddress or (hostname if useHostNameAsBookieID else IP)``:port."""
-    explicit = conf.get("bookieId")
-    if explicit:
-        return explicit
-    host = conf.get("advertisedAddress")
-    if not host:
-        fqdn = socket.getfqdn()
-        if conf.get("useHostNameAsBookieID"):
-            host = fqdn
-        else:
-            try:
-                host = socket.gethostbyname(fqdn)
-            except OSError:
-                host = socket.gethostbyname(socket.gethostname())
-    return f"{host}:{conf.get('bookiePort')}"
+    """``bookieId`` if set, else ``<advertisedAddress, or listeningInterface's address, or the host's
+    (its host name with useHostNameAsBookieID)>:<bookiePort>`` (bkfast.ids.bookie_address)."""
+    from bkfast.ids import bookie_address
+
+    return bookie_address(conf).bookie_id
 
 
 def bookie_service_info(host: str, port: int, properties: dict[str, str] | None = None,

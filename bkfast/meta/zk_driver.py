@@ -473,9 +473,10 @@ class ZkMetadataDriver(ZkIdGeneration, MetadataDriver):
 
             def failed(f):
                 flags["running"] = False
+                if flags["cancelled"] or self._closed:
+                    return              # the read was cut short by close(): nothing to report or retry
                 log.warning("reading the registered bookies failed: %s; retrying", f.getErrorMessage())
-                if not flags["cancelled"] and not self._closed:
-                    reactor.callLater(0.5, refresh)
+                reactor.callLater(0.5, refresh)
             d.addCallbacks(done, failed)
 
         def on_children(children):                         # kazoo's thread
