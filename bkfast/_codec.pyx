@@ -1058,6 +1058,58 @@ cdef class FrameBuilder:
         at += pw_put_varint(p + at, sub_len)
         return at
 
+    cpdef add_v3_add_request(self, master_key, int64_t ledger_id, int64_t entry_id, int64_t last_add_confirmed,
+                             int64_t length, payload, int digest_type, mac_key, uint64_t txn):
+        """Append a v3 ADD_ENTRY Request frame (header version 3 with `txn`; addRequest with the ids, the
+        master key and the entry built in place as encode_entry would) -- the bytes protobuf would
+        serialize for the same message. For load generators: no per-add protobuf object."""
+        cdef Py_buffer view
+        cdef int dlen = digest_length(digest_type)
+        cdef Py_ssize_t header_len = 5 + pw_varint_size(txn)
+        cdef Py_ssize_t entry_len, sub, total, at
+        cdef uint8_t *p
+        master_key = _master_key_bytes(master_key)
+        check_mac_key(digest_type, mac_key)
+        if ledger_id < 0:
+            raise ValueError(f"ledger id {ledger_id} is negative")
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            entry_len = METADATA_LENGTH + dlen + view.len
+            sub = (1 + pw_varint_size(<uint64_t>ledger_id) + 1 + pw_varint_size(<uint64_t>entry_id)
+                   + 2 + MASTER_KEY_LENGTH + 1 + pw_varint_size(<uint64_t>entry_len) + entry_len)
+            total = 1 + pw_varint_size(header_len) + header_len + 2 + pw_varint_size(sub) + sub
+            self.reserve(4 + total)
+            p = self.buf + self.length
+            put_u32(p, <uint32_t>total)
+            at = 4
+            p[at] = 0x0A
+            at += 1
+            at += pw_put_varint(p + at, header_len)
+            p[at] = 0x08; p[at + 1] = 3; p[at + 2] = 0x10; p[at + 3] = 2; p[at + 4] = 0x18   # ADD_ENTRY
+            at += 5
+            at += pw_put_varint(p + at, txn)
+            p[at] = 0xAA; p[at + 1] = 0x06
+            at += 2
+            at += pw_put_varint(p + at, sub)
+            p[at] = 0x08
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
+            p[at] = 0x10
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+            p[at] = 0x1A; p[at + 1] = MASTER_KEY_LENGTH
+            memcpy(p + at + 2, <const char*>master_key, MASTER_KEY_LENGTH)
+            at += 2 + MASTER_KEY_LENGTH
+            p[at] = 0x22
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_len)
+            write_entry_header(p + at, 0, digest_type, ledger_id, entry_id, last_add_confirmed, length)
+            if view.len:
+                memcpy(p + at + METADATA_LENGTH + dlen, view.buf, view.len)
+            write_digest(digest_type, mac_key, p + at, METADATA_LENGTH, <const uint8_t*>view.buf, view.len, payload)
+            at += entry_len
+            self.length += at
+        finally:
+            PyBuffer_Release(&view)
+        self.frame_count += 1
+
     cpdef add_v3_add_response(self, int status, int64_t ledger_id, int64_t entry_id, uint64_t txn,
                               uint64_t scope_id=0):
         """Append the v3 ADD_ENTRY Response (header with `txn`, status, addResponse with the ids and,

@@ -405,6 +405,33 @@ def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit:
 
 
 decode_v3_adds = _v3.decode_v3_adds
+
+
+def decode_v3_answer(frame) -> tuple[int, int, int]:
+    """Twin of _codec.decode_v3_answer: (txn_id, operation, status)."""
+    b = bytes(frame)
+    txn = operation = top = inner = None
+    try:
+        for field, wire, value in _v3.fields(b, 0, len(b)):
+            if wire == 2 and (field == 1 or 100 <= field <= 108):
+                for f2, w2, v2 in _v3.fields(b, *value):
+                    if w2 != 0:
+                        continue
+                    if field == 1 and f2 == 2:
+                        operation = v2
+                    elif field == 1 and f2 == 3:
+                        txn = v2
+                    elif field != 1 and f2 == 1:
+                        inner = v2
+            elif field == 2 and wire == 0:
+                top = value
+    except ValueError as err:
+        raise MalformedFrameError("not a well-formed v3 Response") from err
+    if txn is None or operation is None or top is None:
+        raise MalformedFrameError("not a well-formed v3 Response")
+    return txn, operation, inner if inner is not None else top
+
+
 serve_v3_reads = _v3.serve_v3_reads
 
 
@@ -483,6 +510,11 @@ class FrameBuilder:
     def add_batch_read_response(self, rc, ledger_id, start_entry_id, request_id, entries=(),
                                 version=CURRENT_PROTOCOL_VERSION):
         self._append(encode_batch_read_response(rc, ledger_id, start_entry_id, request_id, entries, version))
+
+    def add_v3_add_request(self, master_key, ledger_id, entry_id, last_add_confirmed, length, payload, digest_type,
+                           mac_key, txn):
+        entry = encode_entry(ledger_id, entry_id, last_add_confirmed, length, payload, digest_type, mac_key)
+        self._append(_v3.v3_add_request(_master_key_bytes(master_key), ledger_id, entry_id, txn, entry))
 
     def add_v3_add_response(self, status, ledger_id, entry_id, txn, scope_id=0):
         self._append(_v3.v3_add_response(status, ledger_id, entry_id, txn, scope_id))

@@ -50,7 +50,7 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _fields(b: bytes, pos: int, end: int):
+def fields(b: bytes, pos: int, end: int):
     """(field, wire, value or (start, end) for length-delimited); raises ValueError on bad bytes."""
     while pos < end:
         key, pos = _varint(b, pos, end)
@@ -74,7 +74,7 @@ def parse_v3_request(b: bytes) -> dict | None:
     try:
         header = sub = None
         sub_field = 0
-        for field, wire, value in _fields(b, 0, len(b)):
+        for field, wire, value in fields(b, 0, len(b)):
             if wire == 2 and field in (1, 100, 101):
                 if field == 1:
                     if header is not None:
@@ -88,7 +88,7 @@ def parse_v3_request(b: bytes) -> dict | None:
             return None
         r = {"priority": 0, "scope_id": 0, "recovery": False}
         seen = set()
-        for field, wire, value in _fields(b, *header):
+        for field, wire, value in fields(b, *header):
             if wire == 0 and 1 <= field <= 4:
                 if field == 1 and value != 3:
                     return None
@@ -109,7 +109,7 @@ def parse_v3_request(b: bytes) -> dict | None:
 
 def _add(b: bytes, sub, r: dict) -> dict | None:
     seen = set()
-    for field, wire, value in _fields(b, *sub):
+    for field, wire, value in fields(b, *sub):
         if wire == 0 and field in (1, 2, 5, 100, 1000):
             if field == 5 and value & 1:
                 return None
@@ -130,7 +130,7 @@ def _add(b: bytes, sub, r: dict) -> dict | None:
 
 def _read(b: bytes, sub, r: dict) -> dict | None:
     seen = set()
-    for field, wire, value in _fields(b, *sub):
+    for field, wire, value in fields(b, *sub):
         if field in (100, 4):
             return None
         if wire == 0 and field in (1, 2, 1000):
@@ -226,3 +226,13 @@ def v3_read_response(status, ledger_id, entry_id, txn, data, has_max_lac, max_la
     if scope_id:
         sub += b"\xc0\x3e" + _put_varint(scope_id)
     return _response(READ_ENTRY, txn, status, 100, sub)
+
+
+def v3_add_request(master_key, ledger_id, entry_id, txn, entry: bytes) -> bytes:
+    """The v3 ADD_ENTRY Request frame around an encoded entry (length prefix included)."""
+    header = b"\x08\x03\x10" + bytes([ADD_ENTRY]) + b"\x18" + _put_varint(txn)
+    sub = (b"\x08" + _put_varint(ledger_id) + b"\x10" + _put_varint(entry_id) + b"\x1a" + _put_varint(len(master_key))
+           + bytes(master_key) + b"\x22" + _put_varint(len(entry)) + bytes(entry))
+    body = b"\x0a" + _put_varint(len(header)) + header + b"\xaa\x06" + _put_varint(len(sub)) + sub
+    return _U32.pack(len(body)) + body
+

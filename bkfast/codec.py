@@ -61,6 +61,7 @@ encode_batch_read_response = _impl.encode_batch_read_response
 decode_request = _impl.decode_request
 decode_v2_adds = _impl.decode_v2_adds
 decode_v3_adds = _impl.decode_v3_adds
+decode_v3_answer = _impl.decode_v3_answer
 serve_v2_reads = _impl.serve_v2_reads
 serve_v3_reads = _impl.serve_v3_reads
 decode_response = _impl.decode_response

@@ -498,3 +498,8 @@ def missing_entry_error(ledger_known: bool, scope_id: int, ledger_id: int, entry
         return BKNoSuchLedgerExistsException(
             f"No such ledger exists: {ledger_name(scope_id, ledger_id)} is not on this bookie")
     return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {ledger_name(scope_id, ledger_id)}")
+
+
+class AdminError(RuntimeError):
+    """An admin operation (shell, HTTP admin API) refused or failed for a reason the operator can act on;
+    the message is one line."""

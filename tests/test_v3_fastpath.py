@@ -194,3 +194,34 @@ def test_serve_v2_reads_takes_plain_reads_only(impl):
     assert end == 3 and misses == [(3, 5, 2), (4, 1, 2)]
     r = impl.decode_response(out.take()[4:])
     assert (r.rc, r.ledger_id, r.entry_id, bytes(r.data)) == (0, 3, 0, b"a")
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@settings(max_examples=100, deadline=None)
+@given(ledger=st.integers(0, (1 << 63) - 1), entry=I64, lac=I64, txn=U64, payload=st.binary(max_size=100),
+       digest=st.sampled_from([1, 3, 4]))
+def test_v3_add_request_is_protobufs_serialization_and_decode_v3_answer_reads_responses(
+        impl, ledger, entry, lac, txn, payload, digest):
+    key = b"K" * 20
+    b = impl.FrameBuilder()
+    b.add_v3_add_request(key, ledger, entry, lac, 77, payload, digest, b"", txn)
+    got = b.take()
+    r = pb.Request()
+    r.header.version, r.header.operation, r.header.txnId = 3, pb.ADD_ENTRY, txn
+    a = r.addRequest
+    a.ledgerId, a.entryId, a.masterKey = ledger, entry, key
+    a.body = impl.encode_entry(ledger, entry, lac, 77, payload, digest)
+    body = r.SerializeToString()
+    assert got == len(body).to_bytes(4, "big") + body
+    out = impl.FrameBuilder()
+    out.add_v3_add_response(503, ledger, entry, txn)
+    assert impl.decode_v3_answer(out.take()[4:]) == (txn, pb.ADD_ENTRY, 503)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_decode_v3_answer_refuses_what_is_not_a_response(impl):
+    from bkfast.errors import MalformedFrameError
+
+    for junk in (b"", b"\x0a\x05\x08\x03", b"\xff" * 12, _read_request(1, 2, 3)):
+        with pytest.raises(MalformedFrameError):
+            impl.decode_v3_answer(junk)

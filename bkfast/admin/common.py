@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bkfast.errors import BKError, ConfigurationError, InvalidLedgerIdError
+from bkfast.errors import AdminError, BKError, ConfigurationError, InvalidLedgerIdError
 from bkfast.ids import LedgerId, validate_ledger_id, validate_scope_id
 
 __all__ = ["AdminError", "LedgerRef", "Progress", "ledger_ref", "zk_session", "zk_target", "in_reactor",
@@ -15,10 +15,6 @@ __all__ = ["AdminError", "LedgerRef", "Progress", "ledger_ref", "zk_session", "z
 
 Progress = Callable[[int, "int | None"], None]
 """progress(done, total): called as a long operation advances (total None when unknown)."""
-
-
-class AdminError(RuntimeError):
-    """An operation refused or failed for a reason the operator can act on; the message is one line."""
 
 
 def _operator_errors() -> tuple[type[BaseException], ...]:

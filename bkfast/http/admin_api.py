@@ -41,7 +41,7 @@ from bkfast.conf import format_value
 from bkfast.errors import BKError, BKNoSuchLedgerExistsException, ConfigurationError, InvalidLedgerIdError
 from bkfast.ids import LedgerId
 
-__all__ = ["install_admin_api", "ApiError", "ENDPOINTS"]
+__all__ = ["install_admin_api", "_ApiError", "ENDPOINTS"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ LEDGERS_PER_PAGE = 100
 ENTRIES_PER_PAGE = 1000
 
 
-class ApiError(Exception):
+class _ApiError(Exception):
     """An answer other than 200, with its status and a one-line message."""
 
     def __init__(self, status: int, message: str):
@@ -68,21 +68,21 @@ def _int(params: dict, name: str, default: int | None = None, low: int = 0, high
     text = params.get(name)
     if text is None or text == "":
         if default is None:
-            raise ApiError(400, f"missing parameter {name}")
+            raise _ApiError(400, f"missing parameter {name}")
         return default
     try:
         value = int(text)
     except ValueError:
-        raise ApiError(400, f"{name}: expected an integer, got {text!r}") from None
+        raise _ApiError(400, f"{name}: expected an integer, got {text!r}") from None
     if not low <= value <= high:
-        raise ApiError(400, f"{name}: {value} is outside [{low}, {high}]")
+        raise _ApiError(400, f"{name}: {value} is outside [{low}, {high}]")
     return value
 
 
 def _bool(params: dict, name: str) -> bool:
     text = params.get(name, "false").lower()
     if text not in ("true", "false"):
-        raise ApiError(400, f"{name}: expected true or false, got {params.get(name)!r}")
+        raise _ApiError(400, f"{name}: expected true or false, got {params.get(name)!r}")
     return text == "true"
 
 
@@ -91,7 +91,7 @@ def _ledger(params: dict) -> LedgerRef:
         try:
             return LedgerRef(LedgerId.parse_qualified_name(params["ledger_qualified_name"]))
         except InvalidLedgerIdError as err:
-            raise ApiError(400, f"ledger_qualified_name: {err}") from None
+            raise _ApiError(400, f"ledger_qualified_name: {err}") from None
     scope = _int(params, "ledger_scope_id", 0, 0, 2**64 - 1)
     return LedgerRef(LedgerId(scope, _int(params, "ledger_id")))
 
@@ -100,9 +100,9 @@ def _body_object(body: bytes) -> dict:
     try:
         value = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError) as err:
-        raise ApiError(400, f"the body is not JSON: {err}") from None
+        raise _ApiError(400, f"the body is not JSON: {err}") from None
     if not isinstance(value, dict):
-        raise ApiError(400, "expected a JSON object in the body")
+        raise _ApiError(400, "expected a JSON object in the body")
     return value
 
 
@@ -125,7 +125,7 @@ class _Services:
     def zk(self) -> tuple:
         meta = self.context.meta
         if meta is None or getattr(meta, "zk", None) is None:
-            raise ApiError(503, "this bookie runs without a metadata service (--no-metadata)")
+            raise _ApiError(503, "this bookie runs without a metadata service (--no-metadata)")
         return meta.zk, meta.root
 
     def client(self):
@@ -155,7 +155,7 @@ def server_config_get(s: _Services, params, body):
 def server_config_put(s: _Services, params, body):
     values = _body_object(body)
     if not values:
-        raise ApiError(400, "expected a JSON object of configuration keys and values")
+        raise _ApiError(400, "expected a JSON object of configuration keys and values")
     checked = type(s.conf)(s.conf.to_dict())
     try:
         for key, value in values.items():
@@ -164,7 +164,7 @@ def server_config_put(s: _Services, params, body):
             checked.set(key, value if isinstance(value, (bool, int, float)) or value is None else str(value))
         checked.validate()
     except ConfigurationError as err:
-        raise ApiError(400, str(err)) from None
+        raise _ApiError(400, str(err)) from None
     for key, value in values.items():
         s.conf.set(key, value)
     log.info("server configuration changed via the admin API: %s", ", ".join(values))
@@ -210,7 +210,7 @@ def ledger_read(s: _Services, params, body):
     end = _int(params, "end_entry_id", -1, -1)
     page = _int(params, "page", 0, 0, 2**31 - 1)
     if end != -1 and start > end:
-        raise ApiError(400, f"start_entry_id {start} is after end_entry_id {end}")
+        raise _ApiError(400, f"start_entry_id {start} is after end_entry_id {end}")
     if page > 0:
         start = start + (page - 1) * ENTRIES_PER_PAGE
         last_of_page = start + ENTRIES_PER_PAGE - 1
@@ -240,7 +240,7 @@ def _host_name(host: str) -> str:
 def list_bookies(s: _Services, params, body):
     kind = params.get("type")
     if kind not in ("rw", "ro"):
-        raise ApiError(400, f"type: expected rw or ro, got {kind!r}")
+        raise _ApiError(400, f"type: expected rw or ro, got {kind!r}")
     names = _bool(params, "print_hostnames")
     zk, root = s.zk()
     rows = cluster.list_bookies(zk, root, writable=kind == "rw", read_only=kind == "ro")
@@ -256,7 +256,7 @@ def list_bookie_info(s: _Services, params, body):
     rows = cluster.bookie_info(s.client(), zk, root)
     answered = [r for r in rows if "error" not in r]
     if not answered:
-        raise ApiError(404, "no bookie answered")
+        raise _ApiError(404, "no bookie answered")
     out = {r["bookieId"]: f": {{Free: {_gb(r['freeDiskSpace'])}, Total: {_gb(r['totalDiskSpace'])}}},"
            for r in answered}
     free, total = sum(r["freeDiskSpace"] for r in answered), sum(r["totalDiskSpace"] for r in answered)
@@ -275,7 +275,7 @@ _FILE_TYPES = {"journal": "journal", "entrylog": "entrylog", "index": "index"}
 def list_disk_file(s: _Services, params, body):
     kind = params.get("file_type")
     if kind is not None and kind not in _FILE_TYPES:
-        raise ApiError(400, f"file_type: expected journal, entrylog or index, got {kind!r}")
+        raise _ApiError(400, f"file_type: expected journal, entrylog or index, got {kind!r}")
     files = bookie_files.list_files(s.conf, journal=kind in (None, "journal"), entry_logs=kind in (None, "entrylog"),
                                     index=kind in (None, "index"))
     return {f"{k} files": "".join(os.path.basename(f["path"]) + "\t" for f in v) for k, v in files.items()}
@@ -284,7 +284,7 @@ def list_disk_file(s: _Services, params, body):
 def is_ready(s: _Services, params, body):
     bookie = s.context.bookie
     if not getattr(bookie, "started", False) or s.context.shutting_down:
-        raise ApiError(503, "Bookie is not fully started yet")
+        raise _ApiError(503, "Bookie is not fully started yet")
     return Text("OK")
 
 
@@ -292,7 +292,7 @@ def sanity(s: _Services, params, body):
     if s.conf.get("forceReadOnlyBookie") or s.context.bookie.read_only:
         return {"passed": False, "readOnly": True}
     if not s.sanity_running.acquire(blocking=False):
-        raise ApiError(409, "a sanity test is already running on this bookie")
+        raise _ApiError(409, "a sanity test is already running on this bookie")
     try:
         bookie_ops.bookie_sanity(s.client(), s.conf)
     finally:
@@ -313,7 +313,7 @@ def cluster_info(s: _Services, params, body):
 def _gc(s: _Services):
     gc = getattr(s.context.bookie, "gc", None)
     if gc is None or not hasattr(gc, "suspended"):
-        raise ApiError(503, "this bookie has no garbage collector")
+        raise _ApiError(503, "this bookie has no garbage collector")
     return gc
 
 
@@ -330,10 +330,10 @@ def _major_minor(body: bytes, major: str, minor: str) -> tuple[bool, bool]:
     values = _body_object(body)
     unknown = set(values) - {major, minor}
     if unknown or not values:
-        raise ApiError(400, f"expected JSON {{\"{major}\": bool, \"{minor}\": bool}}")
+        raise _ApiError(400, f"expected JSON {{\"{major}\": bool, \"{minor}\": bool}}")
     for key, value in values.items():
         if not isinstance(value, bool):
-            raise ApiError(400, f"{key}: expected true or false, got {value!r}")
+            raise _ApiError(400, f"{key}: expected true or false, got {value!r}")
     return values.get(major, False), values.get(minor, False)
 
 
@@ -376,7 +376,7 @@ ENDPOINTS: dict[str, dict[str, object]] = {
 def _classify(err: BaseException) -> tuple[int, str]:
     from bkfast.meta import MetadataError
 
-    if isinstance(err, ApiError):
+    if isinstance(err, _ApiError):
         return err.status, str(err)
     if isinstance(err, BKNoSuchLedgerExistsException) or (isinstance(err, AdminError) and "does not exist" in str(err)):
         return 404, str(err)
