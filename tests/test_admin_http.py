@@ -25,23 +25,15 @@ pytestmark = pytest.mark.zookeeper
 OPENAPI = json.loads((Path(__file__).resolve().parent.parent / "docs" / "admin-api.openapi.json").read_text())
 
 
-class HttpBookie(LocalBookie):
-    """A bookie process with its admin HTTP server and the admin endpoints installed."""
-
-    def command(self) -> list[str]:
-        args = super().command()
-        return [args[0], str(Path(__file__).with_name("admin_api_launcher.py")), *args[3:]]
-
-
 @pytest.fixture(scope="module")
 def api(zookeeper_server, tmp_path_factory):
     cluster = Cluster(zookeeper_server, tmp_path_factory.mktemp("http-cluster"), bookies=2,
                       dbStorage_writeCacheMaxSizeMb="16", dbStorage_readAheadCacheMaxSizeMb="16")
     http_port = free_port()
-    bookie = HttpBookie(cluster.root and tmp_path_factory.mktemp("http-bookie"), free_port(), cluster.metadata_uri,
-                        {"httpServerEnabled": "true", "httpServerPort": str(http_port),
-                         "dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16",
-                         "journalMaxGroupWaitMSec": "1"})
+    bookie = LocalBookie(tmp_path_factory.mktemp("http-bookie"), free_port(), cluster.metadata_uri,
+                         {"httpServerEnabled": "true", "httpServerPort": str(http_port),
+                          "dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16",
+                          "journalMaxGroupWaitMSec": "1"})
     try:
         bookie.start()
         cluster.wait_registered(3)

@@ -1,8 +1,9 @@
 """The bookie process's ZooKeeper side: cookies before start, registration after listening, cleanup on stop.
 
-The order is Java's: connect (`metadataServiceUri`), check the cookies of every journal/ledger/index dir
-against ZooKeeper's (refuse to start on any difference, write them on a new bookie), and, once the
-bookie listens, register `available/<bookieId>` (or `available/readonly/<bookieId>`). Every call here
+The order: connect (`metadataServiceUri`) once the bookie port is bound (a port in use leaves nothing in
+ZooKeeper), check the cookies of every journal/ledger/index dir against ZooKeeper's (refuse to start on
+any difference, write them on a new bookie), and, once the bookie listens, register
+`available/<bookieId>` (or `available/readonly/<bookieId>`) with the advertised host. Every call here
 blocks on ZooKeeper: never call it on the reactor thread (the service uses the reactor's thread pool).
 """
 
@@ -32,13 +33,12 @@ class MetadataSession:
         self.zk.start(timeout=max(timeout_s, 5.0))
         self.registration = None
 
-    def check_cookies(self) -> str:
-        """Check (or, on a new bookie, write) the cookies; returns the bookie id."""
-        from bkfast.meta import bookie_id, check_or_create_cookies
+    def check_cookies(self, bid: str) -> None:
+        """Check (or, on a new bookie, write) the cookies of bookie `bid` (`bkfast.ids.bookie_address`'s id:
+        bookieId, or the advertised host and bookiePort). Call it once the bookie port is bound."""
+        from bkfast.meta import check_or_create_cookies
 
-        bid = bookie_id(self.conf)
         check_or_create_cookies(self.zk, self.root, self.conf, bid)
-        return bid
 
     def register(self, bid: str, host: str, port: int, read_only: bool) -> None:
         from bkfast.meta import BookieRegistration, bookie_service_info

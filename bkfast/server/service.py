@@ -1,10 +1,13 @@
 """BookieService: one bookie process built from a ServerConfiguration, started and stopped as a whole.
 
-Owns the order of things. start(): choose the port (bookiePort=0 picks a free one: the bookie id and so
-the cookie name the port), connect to the metadata service and check the cookies, start the Bookie
-(journal replay), start the metadata driver the garbage collector asks (it shares the bookie's ZooKeeper
-session), listen, create the metrics and hand them to the Bookie, its Journal and the admin HTTP server,
-then register in ZooKeeper. stop() (reactor thread; a Deferred): stop accepting, let in-flight adds
+Owns the order of things. start(): log the configuration's unknown keys; bind the bookie port (and the
+admin HTTP port) on the address `bkfast.ids.bookie_address` gives (listeningInterface's address; bookiePort=0
+takes the port the kernel picks: the bookie id and so the cookie name it), so that a port in use stops the
+bookie before anything is written anywhere; connect to the metadata service and check (or write) the
+cookies; start the Bookie (journal replay) and the metadata driver the garbage collector asks (it shares
+the bookie's ZooKeeper session); only then listen on the bound sockets (connections are refused until the
+bookie serves), create the metrics and hand them to the Bookie, its Journal and the admin HTTP server,
+and register the advertised host in ZooKeeper. stop() (reactor thread; a Deferred): stop accepting, let in-flight adds
 finish (up to DRAIN_TIMEOUT_S), flush, close connections. close(), after stop() (or once the reactor
 has stopped): unregister, end the ZooKeeper session, stop the Bookie (flush + checkpoint).
 run() is the process's main: signal handlers (SIGTERM/SIGINT stop cleanly, also during start-up), start,
@@ -17,12 +20,15 @@ thread pool), or announce itself listening before it is registered.
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import socket
 import sys
 
-from bkfast.conf import ServerConfiguration
+from bkfast.conf import ServerConfiguration, log_unknown_keys
+from bkfast.errors import ConfigurationError
+from bkfast.ids import BookieAddress, bookie_address
 
 from .metadata import MetadataSession
 
@@ -32,12 +38,49 @@ __all__ = ["BookieService", "DRAIN_TIMEOUT_S", "log_slow_gc"]
 
 DRAIN_TIMEOUT_S = 10.0
 SLOW_GC_LOG_S = 0.005
+LISTEN_BACKLOG = 50                 # Twisted's listenTCP default
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def bind_socket(host: str, port: int, key: str) -> socket.socket:
+    """A TCP socket bound to host:port (port 0: the kernel picks one), not yet listening: it holds the port
+    (a program listening there already makes this fail) while connections are still refused.
+
+    ConfigurationError naming `key` (or listeningInterface) and what to do when the bind fails."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # As Twisted's listeners: a restarted bookie binds past its old connections in TIME_WAIT. On Linux
+        # the bind still fails when a socket listens on the port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise ConfigurationError(_bind_error(host, port, key, err)) from None
+    sock.setblocking(False)
+    return sock
+
+
+def _bind_error(host: str, port: int, key: str, err: OSError) -> str:
+    if err.errno == errno.EADDRINUSE:
+        return (f"{key}: {host}:{port} is already in use (another bookie or program listens there); "
+                f"stop it or set another {key}")
+    if err.errno == errno.EADDRNOTAVAIL:
+        return f"listeningInterface: {host} is not an address of this host; name a local interface or address"
+    if err.errno == errno.EACCES:
+        return f"{key}: no permission to bind {host}:{port} (ports below 1024 need privileges); set another {key}"
+    return f"{key}: cannot bind {host}:{port}: {err.strerror or err}"
+
+
+def listen_on(reactor, sock: socket.socket, factory, key: str):
+    """Start listening on a socket of `bind_socket` and serve it with `factory`; the Twisted port. The
+    socket object is closed here (the port owns a duplicate of it)."""
+    host, port = sock.getsockname()[:2]
+    try:
+        sock.listen(LISTEN_BACKLOG)
+        return reactor.adoptStreamPort(sock.fileno(), sock.family, factory)
+    except OSError as err:         # another socket bound the port with SO_REUSEADDR and listened first
+        raise ConfigurationError(_bind_error(host, port, key, err)) from None
+    finally:
+        sock.close()
 
 
 class BookieService:
@@ -51,6 +94,8 @@ class BookieService:
         self.reactor = reactor
         self.meta: MetadataSession | None = None
         self.bookie_id: str | None = None
+        self.bookie_address: BookieAddress | None = None    # bind host, advertised host, id (bkfast.ids)
+        self._sockets: dict[str, socket.socket] = {}        # bound, not yet listening (see bind_socket)
         self.driver = None
         self.bookie = None
         self.factory = None
@@ -70,26 +115,48 @@ class BookieService:
         Call it before the reactor runs (run() does) or in the reactor thread; it blocks on ZooKeeper and
         on the journal replay."""
         conf, reactor = self.conf, self.reactor
-        host = conf.get("listeningInterface") or "0.0.0.0"
-        if conf.get("bookiePort") == 0:
-            conf.set("bookiePort", _free_port(host))
-        if self.use_metadata:
-            self.meta = MetadataSession(conf)
-            try:
-                self.bookie_id = self.meta.check_cookies()
-            except BaseException:
-                self.meta.close()
-                self.meta = None
-                raise
-        else:
-            log.warning("running without a metadata service (--no-metadata): no cookie check, not registered")
-        self._start_bookie()
-        self._listen(host)
-        if conf.get("httpServerEnabled"):
-            self._start_http()
+        log_unknown_keys(conf)
+        self._bind()
+        try:
+            if self.use_metadata:
+                self.meta = MetadataSession(conf)
+                try:
+                    self.meta.check_cookies(self.bookie_id)
+                except BaseException:
+                    self.meta.close()
+                    self.meta = None
+                    raise
+            else:
+                log.warning("running without a metadata service (--no-metadata): no cookie check, not registered")
+            self._start_bookie()
+            self._listen()
+            if conf.get("httpServerEnabled"):
+                self._start_http()
+        finally:
+            for sock in self._sockets.values():      # closed unless listening: a failed start frees its ports
+                sock.close()
+            self._sockets.clear()
         if self.meta is not None:
             self._register()
         self.bookie.add_shutdown_listener(lambda reason: reactor.callFromThread(self._fatal, reason))
+
+    def _bind(self) -> None:
+        """Bind the bookie port (and the HTTP port): the first thing that can fail because of another process,
+        so it fails before a cookie or a registration is written. Sets the bookie's address and id."""
+        conf = self.conf
+        bind_host = bookie_address(conf).bind_host          # ConfigurationError: no such interface
+        self._sockets["bookie"] = sock = bind_socket(bind_host, conf.get("bookiePort"), "bookiePort")
+        if conf.get("bookiePort") == 0:
+            conf.set("bookiePort", sock.getsockname()[1])   # the id, and so the cookie, name the real port
+        if conf.get("httpServerEnabled"):
+            try:
+                self._sockets["http"] = bind_socket(bind_host, conf.get("httpServerPort"), "httpServerPort")
+            except BaseException:
+                sock.close()
+                self._sockets.clear()
+                raise
+        self.bookie_address = bookie_address(conf)
+        self.bookie_id = self.bookie_address.bookie_id
 
     def _start_bookie(self) -> None:
         from bkfast.bookie.bookie import Bookie
@@ -110,11 +177,11 @@ class BookieService:
         self.bookie.start()
         self.bookie.read_only = self.conf.get("forceReadOnlyBookie")
 
-    def _listen(self, host: str) -> None:
+    def _listen(self) -> None:
         from bkfast.net.server import BookieServerFactory
 
         self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor)
-        self.port = self.reactor.listenTCP(self.conf.get("bookiePort"), self.factory, interface=host)
+        self.port = listen_on(self.reactor, self._sockets.pop("bookie"), self.factory, "bookiePort")
         self.address = self.port.getHost()
 
     def _start_http(self) -> None:
@@ -127,14 +194,13 @@ class BookieService:
         if self.bookie.journal is not None:
             self.bookie.journal.sync_latency_observer = self.metrics.journal_sync_observe
         self.admin = AdminContext(self.bookie, self.factory, self.meta, self.metrics)
-        self.http_port = start_http_server(self.reactor, self.conf, self.admin)
+        self.http_port = start_http_server(self.reactor, self.conf, self.admin, sock=self._sockets.pop("http"))
 
     def _register(self) -> None:
         from twisted.internet import threads
 
         meta, node, bid = self.meta, self.bookie, self.bookie_id
-        advertised = self.conf.get("advertisedAddress") or bid.rsplit(":", 1)[0]
-        meta.register(bid, advertised, self.address.port, node.read_only)
+        meta.register(bid, self.bookie_address.host, self.address.port, node.read_only)
 
         def sync_registration(_read_only=None):
             # Called from disk-checker, journal, flush or reactor threads; the ZooKeeper move blocks.
