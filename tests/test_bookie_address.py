@@ -4,7 +4,8 @@
   `127.0.0.1:PORT` (Java's BookieImpl.getBookieAddress);
 * bind first: a bookie whose port (bookie or admin HTTP) is taken stops with one line on stderr, exit
   code 1, and leaves no cookie (in ZooKeeper or its directories) and no registration; when the port is
-  held by a live bookie of the same id, that bookie's cookie is not touched.
+  held by a live bookie of the same id, that bookie's cookie is not touched;
+* a ZooKeeper that does not answer is one line naming metadataServiceUri and the remedies.
 """
 
 from __future__ import annotations
@@ -209,4 +210,15 @@ def test_a_bookie_whose_port_is_taken_leaves_nothing_in_zookeeper(meta, tmp_path
     assert_one_line_error(proc, taken, f"127.0.0.1:{held}", "already in use")
     assert meta.cookies() == []
     assert meta.registered() == []
+    assert not has_local_cookie(tmp_path)
+
+
+def test_a_zookeeper_that_does_not_answer_is_one_line_naming_metadata_service_uri(tmp_path):
+    uri = f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers"       # nothing listens there
+    proc = subprocess.run(
+        [sys.executable, "-m", "bkfast.cli.main", "bookie", "--port", "0", "-D", "listeningInterface=127.0.0.1",
+         "-D", f"journalDirectory={tmp_path / 'journal'}", "-D", f"ledgerDirectories={tmp_path / 'ledgers'}",
+         "-D", f"metadataServiceUri={uri}", "-D", "zkTimeout=1000"],
+        capture_output=True, text=True, timeout=60)
+    assert_one_line_error(proc, "cannot reach ZooKeeper", uri, "--no-metadata")
     assert not has_local_cookie(tmp_path)

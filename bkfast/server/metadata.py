@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from bkfast.conf import ServerConfiguration
+from bkfast.errors import MetadataError
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,10 @@ class MetadataSession:
     """One ZooKeeper session of a bookie: its cookies, its registration, and the session's end."""
 
     def __init__(self, conf: ServerConfiguration):
+        """Connect to the metadata service; MetadataError (one line naming metadataServiceUri) when ZooKeeper
+        does not answer within zkTimeout (at least 5 s)."""
         from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
 
         from bkfast.meta import metadata_from_conf
 
@@ -30,7 +34,15 @@ class MetadataSession:
         connect, self.root, _ = metadata_from_conf(conf)
         timeout_s = conf.get("zkTimeout") / 1000.0
         self.zk = KazooClient(hosts=connect, timeout=timeout_s)
-        self.zk.start(timeout=max(timeout_s, 5.0))
+        wait_s = max(timeout_s, 5.0)
+        try:
+            self.zk.start(timeout=wait_s)
+        except KazooTimeoutError:
+            self.zk.close()
+            raise MetadataError(
+                f"cannot reach ZooKeeper at {connect} (metadataServiceUri {conf.get('metadataServiceUri')}) within "
+                f"{wait_s:g} s: start it, or give the bookie its configuration (--conf bk_server.conf, or "
+                "-D metadataServiceUri=...); --no-metadata serves without one") from None
         self.registration = None
 
     def check_cookies(self, bid: str) -> None:
