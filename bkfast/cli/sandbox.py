@@ -52,12 +52,36 @@ class Sandbox:
         self.bookies: list[LocalBookie] = []
         self.metadata_uri = ""
 
-    def _previous_ports(self) -> list[int]:
+    def _previous(self) -> dict:
         try:
             previous = json.loads((self.data_dir / SANDBOX_FILE).read_text())
-            return [int(b.rsplit(":", 1)[1]) for b in previous.get("bookies", [])]
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
+            return {}
+        return previous if isinstance(previous, dict) else {}
+
+    def _previous_ports(self) -> list[int]:
+        try:
+            return [int(b.rsplit(":", 1)[1]) for b in self._previous().get("bookies", [])]
+        except (ValueError, IndexError, AttributeError):
             return []
+
+    def _previous_zk_port(self) -> int | None:
+        """The ZooKeeper port of the last run on this data dir, if it is free again: the metadata URI (and so
+        every client's configuration) stays the same across restarts."""
+        port = self._previous().get("zookeeper_port")
+        if not isinstance(port, int):
+            return None
+        import socket
+
+        with socket.socket() as s:
+            # As ZooKeeper binds (SO_REUSEADDR): the last run's connections in TIME_WAIT do not count.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                log.warning("ZooKeeper port %d of the previous run is taken; using another one", port)
+                return None
+        return port
 
     def _init_zk(self, connect: str) -> str:
         from kazoo.client import KazooClient
@@ -82,7 +106,7 @@ class Sandbox:
         if self.start_zk:
             from .local_zookeeper import ZooKeeperServer
 
-            self.zk_server = ZooKeeperServer(self.data_dir / "zookeeper").start()
+            self.zk_server = ZooKeeperServer(self.data_dir / "zookeeper", port=self._previous_zk_port()).start()
             self.metadata_uri = self._init_zk(self.zk_server.connect_string)
         elif self.zk_connect:
             self.metadata_uri = self._init_zk(self.zk_connect)
@@ -115,6 +139,7 @@ class Sandbox:
                 "pids": {b.bookie_id: b.pid for b in self.bookies}, "data_dir": str(self.data_dir)}
         if self.zk_server is not None:
             info["zookeeper_pid"] = self.zk_server.pid
+            info["zookeeper_port"] = self.zk_server.port
         tmp = self.data_dir / (SANDBOX_FILE + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         os.replace(tmp, self.data_dir / SANDBOX_FILE)
