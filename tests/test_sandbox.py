@@ -35,6 +35,8 @@ def test_sandbox_demo_embedded(tmp_path):
     assert "demo: wrote 3000 entries" in out and "byte-identical" in out
     assert "closed at entry 2999" in out
     assert "fenced, as it must be" in out and "demo: done" in out
+    # The fencing the demo sets out to show is the expected outcome: no WARNING line for it.
+    assert "WARNING" not in out + proc.stderr, [line for line in (out + proc.stderr).splitlines() if "WARNING" in line]
     info = json.loads((data_dir / "sandbox.json").read_text())
     assert info["metadata_uri"].startswith("embedded://")
     assert len(info["bookies"]) == 3 and all(b.startswith("127.0.0.1:") for b in info["bookies"])

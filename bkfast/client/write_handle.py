@@ -259,6 +259,12 @@ class WriteHandle(LedgerHandle):
     def _add_error(self, exc: BaseException, entry_id: int, bookie: str) -> None:
         if self._error is not None:
             return
+        if isinstance(exc, BKLedgerFencedException):
+            # Another client opened the ledger with recovery: the expected end of this writer, not a fault.
+            log.info("ledger %d entry %d: bookie %s says the ledger is fenced (another client recovered it); "
+                     "the writer stops", self.ledger_id, entry_id, bookie)
+            self._fail_handle(exc)
+            return
         if isinstance(exc, _ENDS_WRITER):
             log.warning("ledger %d entry %d: bookie %s refused the add (%s); the writer stops",
                         self.ledger_id, entry_id, bookie, exc)
