@@ -92,6 +92,7 @@ class SingleDirectoryDbLedgerStorage:
         self._flush_lock = threading.Lock()
         self._closed = False
         self.last_flush_error: BaseException | None = None
+        self.flush_slices = 0  # entry-logger calls (and GIL hand-overs) of all flushes so far
         self.error_listener = None  # callable(error) told about background flush failures (the Bookie's)
         self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True,
                                               name=f"db-storage-flush-{self.ledger_dir.name}")
@@ -268,28 +269,32 @@ class SingleDirectoryDbLedgerStorage:
                 t_start = time.perf_counter()
                 if half.count:
                     batch = LocationBatch()
-                    add_entries = self._entry_logger.add_entries
                     pace = not self._closed
                     pacer = _Pacer(self._write_cache, half.size, t_start) if paced and pace and not retry else None
+                    writer = _SliceWriter(self._entry_logger, batch, pacer, pace)
                     for key, entry_ids, datas in half.sorted_runs():
                         scope_id, ledger_id = split_key(key)
                         n = len(datas)
-                        # Slices of <= ~1 MiB with a GIL hand-over (sleep(0)) after each: a C call over a
-                        # whole half (memcpy of 170k entries into the log buffer) held the GIL >100 ms and
-                        # drove the open-loop p99; sliced, the reactor waits at most a few ms.
+                        if n == 1:
+                            writer.add(scope_id, ledger_id, entry_ids, datas, len(datas[0]))
+                            continue
+                        # Slices of <= ~1 MiB or FLUSH_SLICE_ENTRIES with a GIL hand-over (sleep(0)) after
+                        # each, whatever the number of ledgers in it: a C call over a whole half (memcpy of
+                        # 170k entries into the log buffer) held the GIL >100 ms and drove the open-loop
+                        # p99, while a hand-over per ledger cost ~70 us each (the timer slack of sleep(0)):
+                        # 81 s to stop a bookie holding 1,000,000 one-entry ledgers.
                         i = 0
                         while i < n:
                             step = max(1, min(FLUSH_SLICE_ENTRIES, FLUSH_SLICE_BYTES // (len(datas[i]) + 1)))
                             j = min(n, i + step)
                             if i == 0 and j == n:
-                                batch.add(scope_id, ledger_id, entry_ids, add_entries(ledger_id, datas))
+                                writer.add(scope_id, ledger_id, entry_ids, datas, sum(map(len, datas)))
                             else:
-                                batch.add(scope_id, ledger_id, entry_ids[i:j], add_entries(ledger_id, datas[i:j]))
-                            if pacer is not None:
-                                pacer.wrote(sum(map(len, datas[i:j])) + ENTRY_OVERHEAD * (j - i))
-                            elif pace:
-                                time.sleep(0)
+                                part = datas[i:j]
+                                writer.add(scope_id, ledger_id, entry_ids[i:j], part, sum(map(len, part)))
                             i = j
+                    writer.write()
+                    self.flush_slices += writer.slices
                     datas = entry_ids = None        # end_flush frees the half in slices: hold no refs
                     t_written = time.perf_counter()
                     self._entry_logger.flush()      # entries durable ...
@@ -346,6 +351,43 @@ class SingleDirectoryDbLedgerStorage:
             self._entry_logger.flush()
         self._locations.close()
         self._ledgers.close()
+
+
+class _SliceWriter:
+    """Gathers a flush's runs (any number of ledgers) into slices of <= FLUSH_SLICE_BYTES /
+    FLUSH_SLICE_ENTRIES; each slice is one entry-logger call, then its locations go into the batch and the
+    GIL is handed over once (paced or not)."""
+
+    __slots__ = ("logger", "batch", "pacer", "pace", "runs", "meta", "nbytes", "nentries", "slices")
+
+    def __init__(self, logger: EntryLogger, batch: LocationBatch, pacer: _Pacer | None, pace: bool):
+        self.logger, self.batch, self.pacer, self.pace = logger, batch, pacer, pace
+        self.runs: list = []
+        self.meta: list = []
+        self.nbytes = self.nentries = self.slices = 0
+
+    def add(self, scope_id: int, ledger_id: int, entry_ids: list[int], datas: list, nbytes: int) -> None:
+        if self.runs and (self.nbytes + nbytes > FLUSH_SLICE_BYTES
+                          or self.nentries + len(datas) > FLUSH_SLICE_ENTRIES):
+            self.write()
+        self.runs.append((ledger_id, datas))
+        self.meta.append((scope_id, ledger_id, entry_ids))
+        self.nbytes += nbytes
+        self.nentries += len(datas)
+
+    def write(self) -> None:
+        if not self.runs:
+            return
+        locations = self.logger.add_runs(self.runs)
+        self.batch.add_runs(self.meta, locations)
+        written = self.nbytes + ENTRY_OVERHEAD * self.nentries
+        self.runs, self.meta = [], []
+        self.nbytes = self.nentries = 0
+        self.slices += 1
+        if self.pacer is not None:
+            self.pacer.wrote(written)
+        elif self.pace:
+            time.sleep(0)
 
 
 class _Pacer:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rocksdict import (
@@ -172,17 +172,18 @@ class RocksStore:
             del it
         return out
 
-    def items(self) -> list[tuple[bytes, bytes]]:
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) in key order, read as the caller consumes them (loading millions of
+        ledgers' records built a list of all of them first: RSS the process kept). Consume it fully or
+        close it before the store is closed (an open iterator keeps the database open)."""
         it = self.db.iter()
-        out = []
         try:
             it.seek_to_first()
             while it.valid():
-                out.append((it.key(), it.value()))
+                yield it.key(), it.value()
                 it.next()
         finally:
             del it
-        return out
 
     def sync(self) -> None:
         """Make every write so far durable (fsync of the write-ahead log)."""
@@ -236,6 +237,30 @@ class LocationBatch:
                 self.count += 1
         if self.count > before and wb.len() >= LOCATION_CHUNK:
             chunks.append(WriteBatch(raw_mode=True))
+
+    def add_runs(self, runs: list[tuple[int, int, list[int]]], locations: list[int]) -> None:
+        """add() for several ledgers: runs = [(scope_id, ledger_id, entry_ids)], locations flat in order.
+        Scope-0 runs of one entry (a flush of many small ledgers) take a short path."""
+        pack_key = _LOC_KEY.pack
+        pack_value = _LONG.pack
+        pos = 0
+        plain = self.plain
+        wb = plain[-1]
+        put = wb.put
+        for scope_id, ledger_id, entry_ids in runs:
+            n = len(entry_ids)
+            if n == 1 and not scope_id:
+                put(pack_key(ledger_id, entry_ids[0]), pack_value(locations[pos]))
+                self.count += 1
+                if wb.len() >= LOCATION_CHUNK:
+                    wb = WriteBatch(raw_mode=True)
+                    plain.append(wb)
+                    put = wb.put
+            else:
+                self.add(scope_id, ledger_id, entry_ids, locations[pos:pos + n])
+                wb = plain[-1]
+                put = wb.put
+            pos += n
 
 
 def _write_chunks(store: RocksStore, chunks: list[WriteBatch]) -> None:
