@@ -52,6 +52,19 @@ def _default_db_storage_cache_mb() -> int:
 
 
 DEFAULT_DB_STORAGE_CACHE_MB = _default_db_storage_cache_mb()
+
+SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
+FALLBACK_BACKLOG = 4096     # Linux's SOMAXCONN since 5.4, where /proc cannot be read
+
+
+def system_max_backlog() -> int:
+    """The kernel's cap on a listen backlog (net.core.somaxconn), as netty's NetUtil.SOMAXCONN reads it."""
+    try:
+        with open(SOMAXCONN_PATH) as f:
+            value = int(f.read().strip())
+    except (OSError, ValueError):
+        return FALLBACK_BACKLOG
+    return value if value > 0 else FALLBACK_BACKLOG
 """Default of dbStorage_writeCacheMaxSizeMb and dbStorage_readAheadCacheMaxSizeMb on this host."""
 
 
@@ -117,6 +130,9 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("useHostNameAsBookieID", bool, False, "Build the default bookie id from the host name, not the IP"),
     Key("bookieId", str, None, "Explicit bookie id (default host:port)"),
     Key("serverTcpNoDelay", bool, True, "Set TCP_NODELAY on bookie connections"),
+    Key("serverTcpBacklog", int, 0,
+        "Accept backlog of the bookie's listening socket; 0 = the system maximum "
+        "(/proc/sys/net/core/somaxconn, as Java's netty server uses)", min=0),
     # Directories
     Key("journalDirectory", str, "/tmp/bk-txn", "Journal directory (used when journalDirectories is unset)"),
     Key("journalDirectories", list, None, "Journal directories; unset = [journalDirectory]",
@@ -605,6 +621,7 @@ class ServerConfiguration(Configuration):
     use_host_name_as_bookie_id = _Setting("useHostNameAsBookieID")
     bookie_id = _Setting("bookieId")
     server_tcp_no_delay = _Setting("serverTcpNoDelay")
+    server_tcp_backlog = _Setting("serverTcpBacklog")
     # Directories
     journal_directory = _Setting("journalDirectory")
     journal_directories = _Setting("journalDirectories")
@@ -703,6 +720,12 @@ class ServerConfiguration(Configuration):
         group); `get("journalFlushWhenQueueEmpty")` still returns the value as configured.
         """
         return bool(self.get("journalFlushWhenQueueEmpty")) or self.get("journalMaxGroupWaitMSec") <= 0
+
+    @property
+    def listen_backlog(self) -> int:
+        """The accept backlog to listen with: serverTcpBacklog, or when 0 the system maximum."""
+        configured = self.get("serverTcpBacklog")
+        return configured if configured > 0 else system_max_backlog()
 
     def _problems(self) -> list[str]:
         # The rules of Java's ServerConfiguration.validate(), DiskChecker and GarbageCollectorThread, so a

@@ -167,7 +167,7 @@ def run(conf: ServerConfiguration, use_metadata: bool = True) -> int:
     node.start()
     node.read_only = conf.get("forceReadOnlyBookie")
     factory = BookieServerFactory(node, conf, reactor)
-    port = reactor.listenTCP(conf.get("bookiePort"), factory, interface=host)
+    port = reactor.listenTCP(conf.get("bookiePort"), factory, backlog=conf.listen_backlog, interface=host)
     bound = port.getHost()
     http_port = admin = None
     if conf.get("httpServerEnabled"):
