@@ -111,11 +111,14 @@ def bookie(conf_path, overrides, port, read_only, no_metadata, log_level) -> Non
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if log_level == "DEBUG":
         _log_slow_gc()
+    from bkfast.errors import StorageCorruptionError
     from bkfast.meta import MetadataError
 
     try:
         code = run(conf, use_metadata=not no_metadata)
     except (ConfigurationError, MetadataError) as err:  # bad storage class, cookie mismatch, id in use
+        raise click.ClickException(str(err)) from err
+    except StorageCorruptionError as err:  # a corrupt RocksDB store: the message names it and what to do
         raise click.ClickException(str(err)) from err
     sys.exit(code)
 

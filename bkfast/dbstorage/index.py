@@ -17,6 +17,7 @@ first scoped write, so a bookie that never sees scope != 0 keeps a Java-identica
 
 from __future__ import annotations
 
+import errno
 import struct
 import threading
 import time
@@ -32,6 +33,8 @@ from rocksdict import (
     ReadOptions,
     WriteBatch,
 )
+
+from bkfast.errors import StorageCorruptionError
 
 __all__ = [
     "LOCATIONS",
@@ -84,6 +87,25 @@ def _next_prefix(prefix: bytes) -> bytes | None:
     return value.to_bytes(len(prefix), "big")
 
 
+def open_error(path: Path, err: Exception) -> Exception:
+    """One line for a RocksDB store that does not open: which store, RocksDB's reason, what to do.
+
+    Corruption (a truncated MANIFEST or .sst, a bad CURRENT) -> StorageCorruptionError; no space ->
+    OSError(ENOSPC) (the bookie starts read-only on it); anything else -> StorageCorruptionError too,
+    since a bookie cannot serve without its index either way."""
+    text = " ".join(str(err).split())       # RocksDB's status spans lines; keep one
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return OSError(errno.ENOSPC, f"RocksDB store {path} cannot open: {text}")
+    if text.startswith("Corruption") or "corrupt" in text.lower():
+        what = (f"RocksDB store {path} is corrupt ({text}); the bookie cannot start on it: restore this "
+                "directory from a backup, or wipe the bookie (bkfast shell bookieformat --force) and let "
+                "AutoRecovery re-replicate its ledgers")
+    else:
+        what = (f"RocksDB store {path} cannot open ({text}); check the directory's files and permissions, "
+                "or restore it from a backup")
+    return StorageCorruptionError(what)
+
+
 class RocksStore:
     """One RocksDB database directory opened in raw mode (bytes keys and values)."""
 
@@ -100,7 +122,10 @@ class RocksStore:
         opt.set_block_based_table_factory(table)
         # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
         # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
-        self._db: Rdict | None = Rdict(str(self.path), opt)
+        try:
+            self._db: Rdict | None = Rdict(str(self.path), opt)
+        except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status text
+            raise open_error(self.path, err) from err
         self._lock = threading.Lock()  # guards close against concurrent use
 
     @property
