@@ -30,14 +30,13 @@ class MetadataSession:
     """The bookie's ZooKeeper side: cookies before start, registration after listening, cleanup on stop."""
 
     def __init__(self, conf: ServerConfiguration):
-        from kazoo.client import KazooClient
-
         from bkfast.meta import metadata_from_conf
+        from bkfast.meta.zk_client import make_zk_client
 
         self.conf = conf
         connect, self.root, _ = metadata_from_conf(conf)
         timeout_s = conf.get("zkTimeout") / 1000.0
-        self.zk = KazooClient(hosts=connect, timeout=timeout_s)
+        self.zk = make_zk_client(connect, timeout_s)   # reconnects within a second after an outage
         self.zk.start(timeout=max(timeout_s, 5.0))
         self.registration = None
 
