@@ -228,15 +228,29 @@ def scan_journal(journal_dir, journal_id: int, start_offset: int = 0, skip_inval
         os.close(fd)
 
 
+class ReplayInterrupted(Exception):
+    """The visitor raised: `mark` is the position after the last record it took (replay resumes there),
+    `__cause__` what it raised."""
+
+    def __init__(self, mark: LogMark, cause: BaseException):
+        super().__init__(f"journal replay stopped at {tuple(mark)}: {cause}")
+        self.mark = mark
+        self.__cause__ = cause
+
+
 def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
-           max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> LogMark:
+           max_record_size: int = DEFAULT_MAX_RECORD_SIZE, before_journal_id: int | None = None,
+           interruptible: bool = False) -> LogMark:
     """Call `visitor(record)` for every record after `mark`, in order; return the position reached.
 
-    Journals with id >= mark.journal_id are read: the marked one from mark.offset, later ones from their
-    header end. A mark naming a journal that no longer exists is an error, as in Java.
+    Journals with id >= mark.journal_id are read (and < before_journal_id when given): the marked one
+    from mark.offset, later ones from their header end. A mark naming a journal that no longer exists is
+    an error, as in Java. With `interruptible`, an exception of the visitor becomes ReplayInterrupted
+    carrying the mark to resume from (the record it failed on is replayed again then, nothing before it).
     """
     mark = LogMark(*mark)
-    ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id]
+    ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id
+           and (before_journal_id is None or i < before_journal_id)]
     if mark.journal_id > 0 and (not ids or ids[0] != mark.journal_id):
         path = journal_path(journal_dir, mark.journal_id)
         raise JournalCorruptionError(f"journal {path} named by lastMark {tuple(mark)} is missing",
@@ -246,7 +260,14 @@ def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: 
         start = mark.offset if journal_id == mark.journal_id else 0
         log.info("replaying journal %x from offset %d", journal_id, start)
         for offset, record in scan_journal(journal_dir, journal_id, start, skip_invalid, max_record_size):
-            visitor(record)
+            try:
+                visitor(record)
+            except Exception as err:
+                if not interruptible:
+                    raise
+                # resume at the start of this record: the end of the previous one, or where this file began
+                resume = reached if reached.journal_id == journal_id else LogMark(journal_id, start)
+                raise ReplayInterrupted(resume, err) from err
             reached = LogMark(journal_id, offset)
     return reached
 

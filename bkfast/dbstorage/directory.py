@@ -64,6 +64,7 @@ FLUSH_SLICE_BYTES = 1 << 20
 FLUSH_PACE_LEAD = 0.25
 FLUSH_PACE_MIN_BYTES_PER_S = 16 << 20
 FLUSH_PACE_SLEEP_S = 0.002
+FULL_DISK_MAX_WAIT_S = 0.5   # an add's wait for cache room while the index is read-only (full disk)
 
 
 class SingleDirectoryDbLedgerStorage:
@@ -84,6 +85,11 @@ class SingleDirectoryDbLedgerStorage:
         self._flush_event = threading.Event()
         max_wait_s = conf.db_storage_max_throttle_time_ms / 1000.0
         self._write_cache = WriteCache(write_cache_bytes, max_wait_s, self._flush_event.set)
+        self._max_wait_s = max_wait_s
+        if self.read_only:
+            # Opened on a full disk: no flush can make room, so an add finding the cache full fails after
+            # the swap of the halves instead of waiting dbStorage_maxThrottleTimeMs (replay stops there).
+            self._write_cache.max_wait_s = min(max_wait_s, FULL_DISK_MAX_WAIT_S)
         self._read_cache = ReadCache(read_cache_bytes)
         self._read_ahead_count = int(conf.db_storage_read_ahead_cache_batch_size)
         batch_bytes = int(conf.db_storage_read_ahead_cache_batch_bytes_size)
@@ -331,6 +337,18 @@ class SingleDirectoryDbLedgerStorage:
                         log.exception("flush error listener failed")
 
     @property
+    def read_only(self) -> bool:
+        """An index store was opened read-only on a full disk: entries stay in the write cache, reads
+        work, flushes fail with OSError(ENOSPC) until reopen_writable()."""
+        return self._locations.read_only or self._ledgers.read_only
+
+    def reopen_writable(self) -> None:
+        """The disk has room again: open the index stores for writing (pending metadata is written)."""
+        self._locations.reopen_writable()
+        self._ledgers.reopen_writable()
+        self._write_cache.max_wait_s = self._max_wait_s
+
+    @property
     def write_cache_size(self) -> int:
         return self._write_cache.size
 
@@ -344,7 +362,15 @@ class SingleDirectoryDbLedgerStorage:
         self._closed = True  # refuse new adds first, so the final flush below really is final
         self._flush_event.set()
         self._flush_thread.join()
-        self.flush()
+        try:
+            self.flush()
+        except OSError as e:
+            if not self.read_only:
+                raise
+            # Opened on a full disk and still without room: what the cache holds is in the journal, and
+            # the Bookie did not move its lastMark past it; the next start replays it.
+            log.error("final flush of %s failed (%s); the journal keeps its %d cached entries for the next "
+                      "start", self.ledger_dir, e, self._write_cache.count)
         if self._owns_logger:
             self._entry_logger.close()
         else:

@@ -18,6 +18,7 @@ first scoped write, so a bookie that never sees scope != 0 keeps a Java-identica
 from __future__ import annotations
 
 import errno
+import logging
 import struct
 import threading
 import time
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
     DBCompressionType,
@@ -46,6 +48,8 @@ __all__ = [
     "qualified_key",
     "split_key",
 ]
+
+log = logging.getLogger(__name__)
 
 LOCATIONS = "locations"
 LOCATIONS128 = "locations128"
@@ -107,26 +111,67 @@ def open_error(path: Path, err: Exception) -> Exception:
 
 
 class RocksStore:
-    """One RocksDB database directory opened in raw mode (bytes keys and values)."""
+    """One RocksDB database directory opened in raw mode (bytes keys and values).
+
+    On a full disk (RocksDB needs a little room to open: a new MANIFEST and write-ahead log, and an
+    .sst of the recovered log) an existing store opens read-only instead (`read_only`): reads work,
+    every write raises OSError(ENOSPC), until `reopen_writable()` succeeds once there is room."""
 
     def __init__(self, path: Path, *, block_cache_bytes: int = 8 << 20, bloom_bits: int = 10):
         self.path = Path(path)
+        self._block_cache_bytes = block_cache_bytes
+        self._bloom_bits = bloom_bits
+        self._lock = threading.Lock()  # guards close and reopen against concurrent use
+        self._retired: list[Rdict] = []  # read-only handles replaced by a writable one (closed at close())
+        self.read_only = False
+        # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
+        # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
+        try:
+            self._db: Rdict | None = Rdict(str(self.path), self._options())
+        except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status text
+            error = open_error(self.path, err)
+            if not (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+                raise error from err
+            try:
+                # A read-only open replays the write-ahead log in memory and writes nothing.
+                self._db = Rdict(str(self.path), self._options(), access_type=AccessType.read_only())
+            except Exception:  # noqa: BLE001 - no store to read (new): the no-space error is the one to tell
+                raise error from err
+            self.read_only = True
+            log.warning("RocksDB store %s opened read-only: no space left to open it for writing (%s)",
+                        self.path, " ".join(str(err).split()))
+
+    def _options(self) -> Options:
         opt = Options(raw_mode=True)
         opt.create_if_missing(True)
         opt.set_compression_type(DBCompressionType.lz4())
         table = BlockBasedOptions()
-        if block_cache_bytes > 0:
-            table.set_block_cache(Cache(block_cache_bytes))
-        if bloom_bits > 0:
-            table.set_bloom_filter(bloom_bits, False)
+        if self._block_cache_bytes > 0:
+            table.set_block_cache(Cache(self._block_cache_bytes))
+        if self._bloom_bits > 0:
+            table.set_bloom_filter(self._bloom_bits, False)
         opt.set_block_based_table_factory(table)
-        # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
-        # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
+        return opt
+
+    def reopen_writable(self) -> None:
+        """A store opened read-only on a full disk: open it for writing (raises as __init__ when it
+        still cannot). The read-only handle stays open until close(): a read may still be using it."""
+        if not self.read_only:
+            return
         try:
-            self._db: Rdict | None = Rdict(str(self.path), opt)
-        except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status text
+            db = Rdict(str(self.path), self._options())
+        except Exception as err:  # noqa: BLE001
             raise open_error(self.path, err) from err
-        self._lock = threading.Lock()  # guards close against concurrent use
+        with self._lock:
+            old, self._db = self._db, db
+            self.read_only = False
+        if old is not None:
+            self._retired.append(old)
+        log.info("RocksDB store %s is writable again", self.path)
+
+    def _no_space(self) -> OSError:
+        return OSError(errno.ENOSPC, f"RocksDB store {self.path} is open read-only: its disk was full when "
+                                     "the bookie started")
 
     @property
     def db(self) -> Rdict:
@@ -144,21 +189,29 @@ class RocksStore:
     # 57 ms (its reactor among them); write + flush_wal, 19 ms max and p99 5 ms.
 
     def put(self, key: bytes, value: bytes, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         self.db.put(key, value)
         if sync:
             self.sync()
 
     def delete(self, key: bytes, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         self.db.delete(key)
         if sync:
             self.sync()
 
     def write(self, batch: WriteBatch, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         self.db.write(batch)
         if sync:
             self.sync()
 
     def delete_range(self, begin: bytes, end: bytes | None, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         if end is None:
             keys = [k for k, _ in self.range(begin, None)]
             for k in keys:
@@ -211,15 +264,18 @@ class RocksStore:
             del it
 
     def sync(self) -> None:
-        """Make every write so far durable (fsync of the write-ahead log)."""
-        self.db.flush_wal(True)
+        """Make every write so far durable (fsync of the write-ahead log; read-only: nothing to do)."""
+        if not self.read_only:
+            self.db.flush_wal(True)
 
     def close(self) -> None:
         with self._lock:
             db, self._db = self._db, None
-        if db is not None:
-            db.close()
-            del db
+            retired, self._retired = self._retired, []
+        for handle in (db, *retired):
+            if handle is not None:
+                handle.close()
+        del db, retired
 
 
 class LocationBatch:
@@ -315,6 +371,16 @@ class ScopedStorePair:
         if self._scoped is not None:
             self._scoped.close()
             self._scoped = None
+
+    @property
+    def read_only(self) -> bool:
+        """Some store was opened read-only on a full disk (see RocksStore)."""
+        return self._plain.read_only or (self._scoped is not None and self._scoped.read_only)
+
+    def reopen_writable(self) -> None:
+        self._plain.reopen_writable()
+        if self._scoped is not None:
+            self._scoped.reopen_writable()
 
 
 class LocationIndex(ScopedStorePair):

@@ -50,6 +50,8 @@ class LedgerMetadataIndex(ScopedStorePair):
         self._lock = threading.RLock()
         self._plain = RocksStore(self._dir / LEDGERS, block_cache_bytes=block_cache_bytes)
         self._scoped: RocksStore | None = None
+        # records written while a store was read-only (full disk): name -> (store, key, value or None)
+        self._pending: dict[bytes, tuple[RocksStore, bytes, bytes | None]] = {}
         # qualified ledger key -> serialized LedgerData (as stored; parsed on lookup)
         self._ledgers: dict[int, bytes] = {}
         for key, value in self._plain.items():
@@ -71,14 +73,44 @@ class LedgerMetadataIndex(ScopedStorePair):
             self._scoped = RocksStore(self._dir / LEDGERS128, block_cache_bytes=self._cache_bytes)
         return self._scoped
 
-    def _write(self, scope_id: int, ledger_id: int, data: LedgerData, sync: bool = False) -> None:
-        """Write through to RocksDB, then replace the in-memory copy."""
-        value = data.SerializeToString()
+    def _store_key(self, scope_id: int, ledger_id: int) -> tuple[RocksStore, bytes]:
         if not scope_id:
-            self._plain.put(_LONG.pack(ledger_id), value, sync=sync)
+            return self._plain, _LONG.pack(ledger_id)
+        return self._open_scoped(), _KEY128.pack(scope_id, ledger_id)
+
+    def _write(self, scope_id: int, ledger_id: int, data: LedgerData, sync: bool = False) -> None:
+        """Write through to RocksDB, then replace the in-memory copy.
+
+        A store opened read-only on a full disk keeps the record pending (memory only) until
+        reopen_writable(): the Bookie's journal holds it, and sync() refuses while any is pending, so the
+        Bookie cannot move its lastMark past the journal record."""
+        value = data.SerializeToString()
+        store, key = self._store_key(scope_id, ledger_id)
+        if store.read_only:
+            self._pending[key if not scope_id else b"s" + key] = (store, key, value)
         else:
-            self._open_scoped().put(_KEY128.pack(scope_id, ledger_id), value, sync=sync)
+            store.put(key, value, sync=sync)
         self._ledgers[qualified_key(scope_id, ledger_id)] = value
+
+    def sync(self) -> None:
+        """Make every update so far durable; OSError(ENOSPC) while updates wait for a writable store."""
+        if self._pending:
+            self._write_pending()
+        super().sync()
+
+    def _write_pending(self) -> None:
+        with self._lock:
+            for name, (store, key, value) in list(self._pending.items()):
+                if value is None:
+                    store.delete(key)       # raises OSError(ENOSPC) while the store is read-only
+                else:
+                    store.put(key, value)
+                del self._pending[name]
+
+    def reopen_writable(self) -> None:
+        """The disk has room again: open the stores for writing and write the pending records."""
+        super().reopen_writable()
+        self.sync()
 
     # -- reads (no lock: one dict lookup, and records are replaced, never mutated) ------------------
 
@@ -149,8 +181,9 @@ class LedgerMetadataIndex(ScopedStorePair):
         with self._lock:
             if self._ledgers.pop(qualified_key(scope_id, ledger_id), None) is None:
                 return False
-            if not scope_id:
-                self._plain.delete(_LONG.pack(ledger_id))
+            store, key = self._store_key(scope_id, ledger_id)
+            if store.read_only:
+                self._pending[key if not scope_id else b"s" + key] = (store, key, None)
             else:
-                self._open_scoped().delete(_KEY128.pack(scope_id, ledger_id))
+                store.delete(key)
             return True

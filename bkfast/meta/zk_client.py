@@ -43,7 +43,7 @@ def make_zk_client(hosts: str, session_timeout_s: float, *, log_states: bool = T
                 log.warning("ZooKeeper %s: connection lost, reconnecting (the session lasts %.1f s)",
                             hosts, session_timeout_s)
             elif state == KazooState.LOST:
-                log.warning("ZooKeeper %s: session lost; a new one is being established", hosts)
+                log.warning("ZooKeeper %s: session ended (expired, or the client closed it)", hosts)
             else:
                 log.info("ZooKeeper %s: connected", hosts)
 
