@@ -98,7 +98,8 @@ class Bookie:
         # Read-only bookie: adds are refused with EREADONLY unless high priority (recovery), as Java does
         # with high-priority writes allowed. Read-only while any reason holds: "forced"
         # (forceReadOnlyBookie), "admin" (the `read_only` setter), "disk-full" (disk checker), "enospc"
-        # (a write failed for lack of space), "journal-enospc" (the journal stopped: until restart),
+        # (a write failed for lack of space), "journal-enospc" (the journal stopped: until the disk
+        # checker sees room and it recovers in a new file),
         # "storage-full" (the ledger disk was full at start: see bkfast.bookie.storage_full).
         self._state_lock = threading.Lock()
         self._read_only_reasons: set[str] = {"forced"} if conf.get("forceReadOnlyBookie") else set()
@@ -178,7 +179,9 @@ class Bookie:
     def _on_journal_error(self, tokens: list, error: BaseException) -> None:
         log.error("journal write failed for %d requests: %s", len(tokens), error)
         if is_no_space(error):
-            # The journal is fail-stop: no add can be durable again until a restart.
+            # The journal is fail-stop: no add can be durable until the disk checker sees room again and
+            # the journal recovers in a new file (_recover_journal).
+            self.disk_checker.full = True
             self._set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
         failure = BKBookieIOException(f"journal write failed: {error}")
         self._dispatcher(_run_batch, [(callback, failure) for callback in tokens if callback is not None])
@@ -443,7 +446,7 @@ class Bookie:
 
     def _on_disk_state(self, full: bool, detail: str) -> None:
         if not full:
-            if not self.storage_full.recover(detail):
+            if not self.storage_full.recover(detail) or not self._recover_journal(detail):
                 return                   # still cannot write: the checker reports again at its next check
             self._set_read_only_reason("enospc", False, detail)
             self._set_read_only_reason("disk-full", False, detail)
@@ -452,6 +455,19 @@ class Bookie:
             self._set_read_only_reason("disk-full", True, detail)
             return
         self._shutdown(f"disks full and readOnlyModeEnabled=false: {detail}")
+
+    def _recover_journal(self, detail: str) -> bool:
+        """The disks have room: a journal stopped by ENOSPC continues in a new file. False: still failing."""
+        if "journal-enospc" not in self._read_only_reasons:
+            return True
+        try:
+            self.journal.recover()
+        except Exception as error:  # noqa: BLE001 - still no room: read-only until the next disk check
+            log.warning("the journal disk has room (%s) but the journal cannot start a new file: %s", detail, error)
+            self.disk_checker.full = True
+            return False
+        self._set_read_only_reason("journal-enospc", False, detail)
+        return True
 
     def _note_io_error(self, error: BaseException) -> None:
         """A write failed: on ENOSPC/EDQUOT turn read-only now; the disk checker turns writable again
