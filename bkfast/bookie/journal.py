@@ -332,6 +332,7 @@ class Journal:
 
         self._journal_id: int | None = None
         self._failed_recs: list = []    # records of the failed batch and queue, for recover()
+        self._cut: LogMark | None = None    # where the failed batch began (None: cut at the durable mark)
         self._fd, self._writer = -1, None
         self._mark, self._last_sync_t = LogMark(0, 0), 0.0
         self.batch_count = 0     # batches written (one write call each)
@@ -475,7 +476,7 @@ class Journal:
         self._cut_at_mark()
         self._open_new_file()
         with self._lock:
-            recs, self._failed_recs = self._failed_recs, []
+            recs, self._failed_recs, self._cut = self._failed_recs, [], None
             self._recs, self._toks, self._early, self._forces = recs, [None] * len(recs), [], []
             self._bytes = sum(4 + len(r) for r in recs)
             self._first_t = self._last_sync_t = time.monotonic()
@@ -490,9 +491,10 @@ class Journal:
                         self.journal_dir, self._journal_id)), len(recs))
 
     def _cut_at_mark(self) -> None:
-        """Truncate the file of the durable mark at it: what follows was never durably written."""
-        mark = self._mark
-        if mark.journal_id <= 0:
+        """Truncate the failed file where the failed batch began (or, failing elsewhere, at the durable
+        mark): what follows is journaled again, or was never durably written."""
+        mark = self._cut or self._mark
+        if not mark.journal_id:
             return
         try:
             fd = os.open(journal_path(self.journal_dir, mark.journal_id), os.O_WRONLY | os.O_CLOEXEC)
@@ -616,6 +618,7 @@ class Journal:
                 writer.write(recs, sync)
         except OSError as err:
             self._failed_recs = [r for r in recs if r is not None]      # recover() journals them again
+            self._cut = LogMark(self._journal_id, start)                # ... and cuts the file here
             self._fail(err, late_toks if acked_early else toks, f"batch at offset {start}")
         self.batch_count += 1
         self.records_written += len(recs) - len(forces)
