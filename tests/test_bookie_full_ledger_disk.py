@@ -95,7 +95,7 @@ def test_restart_on_a_full_ledger_disk_is_read_only_serves_reads_and_recovers(zo
                         else:                           # never "no such entry" for an acknowledged entry
                             assert r.rc == V2Rc.EIO, (lid, r.rc)
                             unsure += 1
-                    assert served > len(acked) // 2, (served, unsure)
+                    assert served >= len(acked) // 4, (served, unsure)   # the cache and the index serve
 
                 subprocess.run(["mount", "-o", "remount,size=96m", str(ledgers)], check=True)   # space returns
                 wait_for(lambda: watcher.exists(writable) is not None, 30, "writable registration")
