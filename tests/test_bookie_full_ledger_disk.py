@@ -53,6 +53,21 @@ def wait_for(predicate, timeout: float, what: str):
         time.sleep(0.1)
 
 
+def fill_until_refused(bookie: LocalBookie) -> list[int]:
+    """Add one-entry ledgers until the full disk makes the bookie refuse adds; the acknowledged ones."""
+    acked, refused = [], 0
+    with Client(bookie.host, bookie.port) as client:
+        lid = 0
+        while refused < 5:
+            lid += 1
+            if add(client, lid) == V2Rc.EOK:
+                acked.append(lid)
+            else:
+                refused += 1
+    assert len(acked) * ENTRY_SIZE > 24 << 20, len(acked)
+    return acked
+
+
 def test_restart_on_a_full_ledger_disk_is_read_only_serves_reads_and_recovers(zookeeper_server, tmp_path):
     root = f"/ledgers-{time.time_ns()}"
     result = CliRunner().invoke(main, ["shell", "initnewcluster", "--zk-connect", zookeeper_server, "--root", root])
@@ -69,17 +84,7 @@ def test_restart_on_a_full_ledger_disk_is_read_only_serves_reads_and_recovers(zo
             readonly = f"{root}/available/readonly/{bookie.bookie_id}"
             try:
                 bookie.start()
-                acked, refused = [], 0
-                with Client(bookie.host, bookie.port) as client:
-                    lid = 0
-                    while refused < 5:                  # until the full disk makes the bookie refuse adds
-                        lid += 1
-                        rc = add(client, lid)
-                        if rc == V2Rc.EOK:
-                            acked.append(lid)
-                        else:
-                            refused += 1
-                assert len(acked) * ENTRY_SIZE > 24 << 20, len(acked)
+                acked = fill_until_refused(bookie)
                 bookie.kill()                           # kill -9 on a full ledger disk
 
                 bookie.start()                          # the restart must not fail
@@ -113,3 +118,24 @@ def test_restart_on_a_full_ledger_disk_is_read_only_serves_reads_and_recovers(zo
     finally:
         watcher.stop()
         watcher.close()
+
+
+def test_graceful_stop_on_a_full_ledger_disk_exits_cleanly_and_the_journal_keeps_the_entries(tmp_path):
+    ledgers = tmp_path / "b" / "ledgers"
+    with tmpfs(ledgers, 32):
+        bookie = LocalBookie(tmp_path / "b", 0, extra_conf={"dbStorage_writeCacheMaxSizeMb": "16",
+                                                            "dbStorage_readAheadCacheMaxSizeMb": "16"})
+        try:
+            bookie.start()
+            acked = fill_until_refused(bookie)
+            assert bookie.stop() == 0, bookie.log_path.read_text()[-3000:]     # the final flush cannot write
+            assert "Traceback" not in bookie.log_path.read_text()
+            subprocess.run(["mount", "-o", "remount,size=96m", str(ledgers)], check=True)
+            bookie.start()
+            with Client(bookie.host, bookie.port) as client:
+                for lid in acked:
+                    r = read(client, lid)
+                    assert r.rc == V2Rc.EOK and bytes(r.data)[-ENTRY_SIZE:] == payload(lid), (lid, r.rc)
+            assert bookie.stop() == 0
+        finally:
+            bookie.kill()

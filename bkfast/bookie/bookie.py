@@ -153,11 +153,16 @@ class Bookie:
         try:
             self.checkpoint()
         except Exception as error:
-            if not self.storage_full.active or not is_no_space(error):
+            if not is_no_space(error):
                 raise
-            log.error("final checkpoint failed, the ledger disk is still full (%s); the journal keeps what "
-                      "ledger storage could not take, for the next start", error)
-        self.storage.close()
+            log.error("final checkpoint failed, the ledger disk is full (%s); lastMark stays, so the next "
+                      "start replays from the journal what ledger storage could not take", error)
+        try:
+            self.storage.close()
+        except Exception as error:
+            if not is_no_space(error):
+                raise
+            log.error("closing ledger storage on a full disk: %s (the journal covers it)", error)
         log.info("bookie stopped cleanly")
 
     def __enter__(self) -> Bookie:

@@ -25,6 +25,7 @@ durable, or verify digests (entries are stored and returned verbatim).
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 import threading
@@ -363,20 +364,24 @@ class SingleDirectoryDbLedgerStorage:
         self._flush_event.set()
         self._flush_thread.join()
         try:
-            self.flush()
-        except OSError as e:
-            if not self.read_only:
-                raise
-            # Opened on a full disk and still without room: what the cache holds is in the journal, and
-            # the Bookie did not move its lastMark past it; the next start replays it.
-            log.error("final flush of %s failed (%s); the journal keeps its %d cached entries for the next "
-                      "start", self.ledger_dir, e, self._write_cache.count)
-        if self._owns_logger:
-            self._entry_logger.close()
-        else:
-            self._entry_logger.flush()
-        self._locations.close()
-        self._ledgers.close()
+            try:
+                self.flush()
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # A full disk: what the cache holds is in the journal, and the Bookie did not move its
+                # lastMark past it (its checkpoint failed the same way); the next start replays it.
+                log.error("final flush of %s failed (%s); the journal keeps its %d cached entries for the "
+                          "next start", self.ledger_dir, e, self._write_cache.count)
+            if self._owns_logger:
+                self._entry_logger.close()
+            else:
+                self._entry_logger.flush()
+        finally:
+            try:
+                self._locations.close()
+            finally:
+                self._ledgers.close()
 
 
 class _SliceWriter:

@@ -272,10 +272,20 @@ class RocksStore:
         with self._lock:
             db, self._db = self._db, None
             retired, self._retired = self._retired, []
+        errors = []
         for handle in (db, *retired):
             if handle is not None:
-                handle.close()
+                try:
+                    handle.close()      # flushes the memtable: may need room
+                except Exception as err:  # noqa: BLE001 - close the others; ENOSPC as an OSError
+                    text = " ".join(str(err).split())
+                    if "No space left on device" in text or "Disk quota exceeded" in text:
+                        errors.append(OSError(errno.ENOSPC, f"RocksDB store {self.path} close: {text}"))
+                    else:
+                        errors.append(err)
         del db, retired
+        if errors:
+            raise errors[0]
 
 
 class LocationBatch:
