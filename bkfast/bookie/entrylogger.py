@@ -396,8 +396,7 @@ class EntryLogger:
         total = sum(sizes) + 4 * len(sizes)
         with self._lock:
             active = self._active_for(max(sizes))
-            if (min(sizes) < 16 or self._flush_every_bytes
-                    or active.channel.position + total > self._size_limit):
+            if min(sizes) < 16 or active.channel.position + total > self._size_limit:
                 out: list[int] = []
                 for ledger_id, run in runs:
                     out.extend(self.add_entries(ledger_id, run))
@@ -407,6 +406,8 @@ class EntryLogger:
             for ledger_id, run in runs:
                 if run and not run[0][0] & 0x80:  # scope 0: counted in the Java ledgers map
                     counted[ledger_id] = counted.get(ledger_id, 0) + sum(map(len, run)) + 4 * len(run)
+            if self._flush_every_bytes:
+                self._sync_if_due(active.channel)
             return out
 
     def flush(self) -> None:
