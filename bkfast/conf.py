@@ -57,6 +57,19 @@ def _default_db_storage_cache_mb() -> int:
 
 
 DEFAULT_DB_STORAGE_CACHE_MB = _default_db_storage_cache_mb()
+
+SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
+FALLBACK_BACKLOG = 4096     # Linux's SOMAXCONN since 5.4, where /proc cannot be read
+
+
+def system_max_backlog() -> int:
+    """The kernel's cap on a listen backlog (net.core.somaxconn), as netty's NetUtil.SOMAXCONN reads it."""
+    try:
+        with open(SOMAXCONN_PATH) as f:
+            value = int(f.read().strip())
+    except (OSError, ValueError):
+        return FALLBACK_BACKLOG
+    return value if value > 0 else FALLBACK_BACKLOG
 """Default of dbStorage_writeCacheMaxSizeMb and dbStorage_readAheadCacheMaxSizeMb on this host."""
 
 
@@ -124,6 +137,9 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("useShortHostName", bool, False, "With useHostNameAsBookieID, use the host name up to its first dot"),
     Key("bookieId", str, None, "Explicit bookie id (default host:port)"),
     Key("serverTcpNoDelay", bool, True, "Set TCP_NODELAY on bookie connections"),
+    Key("serverTcpBacklog", int, 0,
+        "Accept backlog of the bookie's listening socket; 0 = the system maximum "
+        "(/proc/sys/net/core/somaxconn, as Java's netty server uses)", min=0),
     # Directories
     Key("journalDirectory", str, "/tmp/bk-txn", "Journal directory (used when journalDirectories is unset)"),
     Key("journalDirectories", list, None, "Journal directories; unset = [journalDirectory]",
@@ -669,6 +685,7 @@ class ServerConfiguration(Configuration):
     use_short_host_name = _Setting("useShortHostName")
     bookie_id = _Setting("bookieId")
     server_tcp_no_delay = _Setting("serverTcpNoDelay")
+    server_tcp_backlog = _Setting("serverTcpBacklog")
     # Directories
     journal_directory = _Setting("journalDirectory")
     journal_directories = _Setting("journalDirectories")
@@ -767,6 +784,12 @@ class ServerConfiguration(Configuration):
         group); `get("journalFlushWhenQueueEmpty")` still returns the value as configured.
         """
         return bool(self.get("journalFlushWhenQueueEmpty")) or self.get("journalMaxGroupWaitMSec") <= 0
+
+    @property
+    def listen_backlog(self) -> int:
+        """The accept backlog to listen with: serverTcpBacklog, or when 0 the system maximum."""
+        configured = self.get("serverTcpBacklog")
+        return configured if configured > 0 else system_max_backlog()
 
     def _problems(self) -> list[str]:
         # The rules of Java's ServerConfiguration.validate(), DiskChecker and GarbageCollectorThread, so a

@@ -103,7 +103,9 @@ class Bookie:
         # Read-only bookie: adds are refused with EREADONLY unless high priority (recovery), as Java does
         # with high-priority writes allowed. Read-only while any reason holds: "forced"
         # (forceReadOnlyBookie), "admin" (the `read_only` setter), "disk-full" (disk checker), "enospc"
-        # (a write failed for lack of space), "journal-enospc" (the journal stopped: until restart).
+        # (a write failed for lack of space), "journal-enospc" (the journal stopped: until the disk
+        # checker sees room and it recovers in a new file),
+        # "storage-full" (the ledger disk was full at start: see bkfast.bookie.storage_full).
         self._state_lock = threading.Lock()
         self._read_only_reasons: set[str] = {"forced"} if conf.get("forceReadOnlyBookie") else set()
         self._state_listeners: list[Callable[[bool], None]] = []
@@ -112,6 +114,9 @@ class Bookie:
         self.gc = GarbageCollector(self.storage, conf, ledger_exists_source)
         self.disk_checker = DiskChecker(
             [self.journal_dir, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
+        from bkfast.bookie.storage_full import StorageFullState
+
+        self.storage_full = StorageFullState(self)
         if hasattr(self.storage, "set_error_listener"):
             self.storage.set_error_listener(self._note_io_error)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
@@ -122,17 +127,20 @@ class Bookie:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        """Replay journals from lastMark into ledger storage, then open a new journal and serve."""
+        """Replay journals from lastMark into ledger storage, then open a new journal and serve.
+
+        A full ledger disk does not stop the start (see bkfast.bookie.storage_full): replay stops where
+        ledger storage takes no more, and the bookie serves read-only until the disk has room again."""
         mark = logmark.read_last_mark(self._ledger_dir_names())
         log.info("bookie replaying journal %s from mark %s", self.journal_dir, mark)
-        journal_mod.replay(str(self.journal_dir), mark, self._replay_record,
-                           skip_invalid=self.conf.get("skipInvalidJournalRecord"))
+        self.storage_full.replay(mark)
         log.info("bookie replayed %d journal records", self.replayed_records)
         self.journal = Journal(str(self.journal_dir), self.conf, self._on_journal_batch, self._on_journal_error)
         self.journal.room_listener = self._room_listener
         self.journal.start()
+        self.storage_full.journal_started(self.journal.last_log_mark.journal_id)
         # Everything replayed is now in ledger storage; checkpointing it makes the next start fast.
-        self.checkpoint()
+        self.storage_full.checkpoint_after_start()
         self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, name="bookie-sync", daemon=True)
         self._checkpoint_thread.start()
         self.disk_checker.check()
@@ -151,8 +159,19 @@ class Bookie:
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
         self.journal.stop()
-        self.checkpoint()
-        self.storage.close()
+        try:
+            self.checkpoint()
+        except Exception as error:
+            if not is_no_space(error):
+                raise
+            log.error("final checkpoint failed, the ledger disk is full (%s); lastMark stays, so the next "
+                      "start replays from the journal what ledger storage could not take", error)
+        try:
+            self.storage.close()
+        except Exception as error:
+            if not is_no_space(error):
+                raise
+            log.error("closing ledger storage on a full disk: %s (the journal covers it)", error)
         log.info("bookie stopped cleanly")
 
     def __enter__(self) -> Bookie:
@@ -174,7 +193,9 @@ class Bookie:
     def _on_journal_error(self, tokens: list, error: BaseException) -> None:
         log.error("journal write failed for %d requests: %s", len(tokens), error)
         if is_no_space(error):
-            # The journal is fail-stop: no add can be durable again until a restart.
+            # The journal is fail-stop: no add can be durable until the disk checker sees room again and
+            # the journal recovers in a new file (_recover_journal).
+            self.disk_checker.full = True
             self._set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
         failure = BKBookieIOException(f"journal write failed: {error}")
         self._dispatcher(_run_batch, [(callback, failure) for callback in tokens if callback is not None])
@@ -374,13 +395,22 @@ class Bookie:
         """The stored entry (entry -1: the highest one). Raises BKNoSuchLedgerExists / BKNoSuchEntry."""
         metrics = self.metrics
         if metrics is None:
-            return self.storage.get_entry(ledger_id, entry_id, scope_id)
+            try:
+                return self.storage.get_entry(ledger_id, entry_id, scope_id)
+            except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
+                self.storage_full.check_missing(error)
+                raise
         t0 = time.perf_counter()
         try:
             data = self.storage.get_entry(ledger_id, entry_id, scope_id)
         except BaseException as error:
+            if isinstance(error, (BKNoSuchLedgerExistsException, BKNoSuchEntryException)):
+                try:
+                    self.storage_full.check_missing(error)
+                except BKBookieIOException as io_error:
+                    error = io_error
             metrics.read_failed(error)
-            raise
+            raise error
         metrics.read_ok(time.perf_counter() - t0)
         return data
 
@@ -395,7 +425,11 @@ class Bookie:
             self.metrics.reads_from_memory(n, seconds)
 
     def read_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
-        return self.storage.get_last_add_confirmed(ledger_id, scope_id)
+        try:
+            return self.storage.get_last_add_confirmed(ledger_id, scope_id)
+        except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
+            self.storage_full.check_missing(error)
+            raise
 
     # --- LAC for readers (long poll, maxLAC) ----------------------------------------------------------
     def known_lac(self, scope_id: int, ledger_id: int) -> int:
@@ -501,6 +535,8 @@ class Bookie:
 
     def _on_disk_state(self, full: bool, detail: str) -> None:
         if not full:
+            if not self.storage_full.recover(detail) or not self._recover_journal(detail):
+                return                   # still cannot write: the checker reports again at its next check
             self._set_read_only_reason("enospc", False, detail)
             self._set_read_only_reason("disk-full", False, detail)
             return
@@ -508,6 +544,19 @@ class Bookie:
             self._set_read_only_reason("disk-full", True, detail)
             return
         self._shutdown(f"disks full and readOnlyModeEnabled=false: {detail}")
+
+    def _recover_journal(self, detail: str) -> bool:
+        """The disks have room: a journal stopped by ENOSPC continues in a new file. False: still failing."""
+        if "journal-enospc" not in self._read_only_reasons:
+            return True
+        try:
+            self.journal.recover()
+        except Exception as error:  # noqa: BLE001 - still no room: read-only until the next disk check
+            log.warning("the journal disk has room (%s) but the journal cannot start a new file: %s", detail, error)
+            self.disk_checker.full = True
+            return False
+        self._set_read_only_reason("journal-enospc", False, detail)
+        return True
 
     def _note_io_error(self, error: BaseException) -> None:
         """A write failed: on ENOSPC/EDQUOT turn read-only now; the disk checker turns writable again
@@ -574,7 +623,12 @@ class Bookie:
 
     # --- checkpoint and replay ---------------------------------------------------------------------
     def checkpoint(self) -> tuple[int, int]:
-        """Mark, flush ledger storage, persist lastMark in every ledger dir, trim old journals."""
+        """Mark, flush ledger storage, persist lastMark in every ledger dir, trim old journals.
+
+        Nothing while the journal is not fully replayed (a full ledger disk at start): the lastMark must
+        not pass records that are not in ledger storage yet."""
+        if self.storage_full.replay_pending:
+            return (0, 0)
         with self._checkpoint_lock:
             # The mark is taken first: every record before it is already in ledger storage's memory
             # (storage is written before the journal), so the flush below covers all of them.
@@ -588,6 +642,8 @@ class Bookie:
 
     def _checkpoint_loop(self) -> None:
         while not self._stop_checkpointing.wait(self._flush_interval_s):
+            if self.storage_full.active:
+                continue                 # the disk checker's recovery checkpoints once there is room
             try:
                 self.checkpoint()
             except Exception as error:

@@ -15,7 +15,7 @@ import sys
 import click
 
 from bkfast.conf import ServerConfiguration
-from bkfast.errors import ConfigurationError, MetadataError
+from bkfast.errors import ConfigurationError, MetadataError, StorageCorruptionError
 
 
 @click.command("bookie")
@@ -60,6 +60,7 @@ def bookie(conf_path, overrides, port, read_only, no_metadata, log_level) -> Non
         log_slow_gc()
     try:
         code = BookieService(conf, use_metadata=not no_metadata).run()
-    except (ConfigurationError, MetadataError) as err:  # bad storage class, cookie mismatch, id in use
+    # bad storage class, cookie mismatch, id in use, port taken; a corrupt RocksDB store (the message names it)
+    except (ConfigurationError, MetadataError, StorageCorruptionError) as err:
         raise click.ClickException(str(err)) from err
     sys.exit(code)

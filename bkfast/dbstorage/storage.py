@@ -199,6 +199,20 @@ class DbLedgerStorage:
         for d in self._dirs:
             d.error_listener = listener
 
+    # -- a full disk at start ------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """Some directory's index opened read-only on a full disk (see RocksStore): reads work, adds
+        stay in the write cache, flushes fail until reopen_writable()."""
+        return any(d.read_only for d in self._dirs)
+
+    def reopen_writable(self) -> None:
+        """Open every read-only index for writing; raises (OSError ENOSPC) while a disk is still full."""
+        for d in self._dirs:
+            if d.read_only:
+                d.reopen_writable()
+
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def flush(self) -> None:

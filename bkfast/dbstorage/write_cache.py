@@ -31,6 +31,9 @@ __all__ = ["ENTRY_OVERHEAD", "WriteCache", "WriteCacheHalf"]
 
 ENTRY_OVERHEAD = 64
 """Bytes charged per cached entry besides its data (dict slot and bytes object header)."""
+LEDGER_OVERHEAD = 320
+"""Bytes charged per ledger in a half (its _Ledger, entry dict, key and slot: ~300 B measured), so that a
+half of many one-entry ledgers stays within its size (1,000,000 such ledgers held ~300 MB uncounted)."""
 
 
 class _Ledger:
@@ -55,6 +58,7 @@ class WriteCacheHalf:
         ledger = self.ledgers.get(key)
         if ledger is None:
             ledger = self.ledgers[key] = _Ledger()
+            self.size += LEDGER_OVERHEAD
         old = ledger.entries.get(entry_id)
         ledger.entries[entry_id] = data
         if old is None:
@@ -81,7 +85,7 @@ class WriteCacheHalf:
         ledger = self.ledgers.pop(key, None)
         if ledger is not None:
             self.count -= len(ledger.entries)
-            self.size -= sum(len(d) + ENTRY_OVERHEAD for d in ledger.entries.values())
+            self.size -= sum(len(d) + ENTRY_OVERHEAD for d in ledger.entries.values()) + LEDGER_OVERHEAD
 
     def sorted_runs(self) -> Iterator[tuple[int, list[int], list[bytes]]]:
         """(ledger key, entry ids ascending, their data) for each ledger, by ascending key."""
@@ -125,10 +129,11 @@ class WriteCache:
         # Python code): this runs once per add on the reactor thread.
         with self._lock:
             active = self._active
-            if active.size + need <= self.half_size:
-                ledger = active.ledgers.get(key)
+            ledger = active.ledgers.get(key)
+            if active.size + need + (LEDGER_OVERHEAD if ledger is None else 0) <= self.half_size:
                 if ledger is None:
                     ledger = active.ledgers[key] = _Ledger()
+                    active.size += LEDGER_OVERHEAD
                 entries = ledger.entries
                 old = entries.get(entry_id)
                 entries[entry_id] = data
@@ -140,6 +145,7 @@ class WriteCache:
                 if entry_id > ledger.last:
                     ledger.last = entry_id
                 return
+        need += LEDGER_OVERHEAD          # at most: the ledger may be new to the half it goes to
         if need > self.half_size:
             raise WriteCacheFullError(
                 f"an entry of {len(data)} bytes is larger than half the write cache ({self.half_size} bytes)")

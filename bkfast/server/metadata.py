@@ -25,15 +25,15 @@ class MetadataSession:
     def __init__(self, conf: ServerConfiguration):
         """Connect to the metadata service; MetadataError (one line naming metadataServiceUri) when ZooKeeper
         does not answer within zkTimeout (at least 5 s)."""
-        from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
 
         from bkfast.meta import metadata_from_conf
+        from bkfast.meta.zk_client import make_zk_client
 
         self.conf = conf
         connect, self.root, _ = metadata_from_conf(conf)
         timeout_s = conf.get("zkTimeout") / 1000.0
-        self.zk = KazooClient(hosts=connect, timeout=timeout_s)
+        self.zk = make_zk_client(connect, timeout_s)   # reconnects within a second after an outage
         wait_s = max(timeout_s, 5.0)
         try:
             self.zk.start(timeout=wait_s)

@@ -38,7 +38,6 @@ __all__ = ["BookieService", "DRAIN_TIMEOUT_S", "log_slow_gc"]
 
 DRAIN_TIMEOUT_S = 10.0
 SLOW_GC_LOG_S = 0.005
-LISTEN_BACKLOG = 50                 # Twisted's listenTCP default
 
 
 def bind_socket(host: str, port: int, key: str) -> socket.socket:
@@ -70,12 +69,13 @@ def _bind_error(host: str, port: int, key: str, err: OSError) -> str:
     return f"{key}: cannot bind {host}:{port}: {err.strerror or err}"
 
 
-def listen_on(reactor, sock: socket.socket, factory, key: str):
+def listen_on(reactor, sock: socket.socket, factory, key: str, backlog: int = 50):
     """Start listening on a socket of `bind_socket` and serve it with `factory`; the Twisted port. The
-    socket object is closed here (the port owns a duplicate of it)."""
+    socket object is closed here (the port owns a duplicate of it). `backlog`: the accept queue (the
+    bookie port uses serverTcpBacklog, by default the system's maximum, as Java's netty server)."""
     host, port = sock.getsockname()[:2]
     try:
-        sock.listen(LISTEN_BACKLOG)
+        sock.listen(backlog)
         return reactor.adoptStreamPort(sock.fileno(), sock.family, factory)
     except OSError as err:         # another socket bound the port with SO_REUSEADDR and listened first
         raise ConfigurationError(_bind_error(host, port, key, err)) from None
@@ -181,7 +181,8 @@ class BookieService:
         from bkfast.net.server import BookieServerFactory
 
         self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor)
-        self.port = listen_on(self.reactor, self._sockets.pop("bookie"), self.factory, "bookiePort")
+        self.port = listen_on(self.reactor, self._sockets.pop("bookie"), self.factory, "bookiePort",
+                              self.conf.listen_backlog)
         self.address = self.port.getHost()
 
     def _start_http(self) -> None:
