@@ -12,11 +12,11 @@ import subprocess
 import sys
 import textwrap
 
-from bkfast.storage.entrylogger import EntryLogger
 from bkfast.codec import DigestType, encode_entry
 from bkfast.conf import ServerConfiguration
 from bkfast.dbstorage.directory import FLUSH_SLICE_ENTRIES
 from bkfast.dbstorage.storage import DbLedgerStorage
+from bkfast.storage.entrylogger import EntryLogger
 
 from .server_support import REPO
 
