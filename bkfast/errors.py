@@ -503,3 +503,13 @@ def missing_entry_error(ledger_known: bool, scope_id: int, ledger_id: int, entry
 class AdminError(RuntimeError):
     """An admin operation (shell, HTTP admin API) refused or failed for a reason the operator can act on;
     the message is one line."""
+
+
+class ReplayInterrupted(Exception):
+    """Journal replay stopped because its visitor raised (ledger storage took no more): `mark` is the
+    position after the last record it took (replay resumes there), `__cause__` what it raised."""
+
+    def __init__(self, mark, cause: BaseException):
+        super().__init__(f"journal replay stopped at {tuple(mark)}: {cause}")
+        self.mark = mark
+        self.__cause__ = cause

@@ -54,7 +54,7 @@ from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts li
     parse_record,
 )
 from bkfast.bookie.logmark import LogMark, fsync_dir, read_last_mark, write_last_mark  # noqa: F401
-from bkfast.errors import BKBookieIOException, BKTooManyRequestsException, JournalCorruptionError
+from bkfast.errors import BKBookieIOException, BKTooManyRequestsException, JournalCorruptionError, ReplayInterrupted
 from bkfast.ids import validate_ledger_id, validate_scope_id
 
 log = logging.getLogger(__name__)
@@ -230,16 +230,6 @@ def scan_journal(journal_dir, journal_id: int, start_offset: int = 0, skip_inval
             want = max(_READ_CHUNK, value)
     finally:
         os.close(fd)
-
-
-class ReplayInterrupted(Exception):
-    """The visitor raised: `mark` is the position after the last record it took (replay resumes there),
-    `__cause__` what it raised."""
-
-    def __init__(self, mark: LogMark, cause: BaseException):
-        super().__init__(f"journal replay stopped at {tuple(mark)}: {cause}")
-        self.mark = mark
-        self.__cause__ = cause
 
 
 def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
