@@ -16,7 +16,8 @@
 
 Must never: complete an add before AQ distinct positions of its write set acknowledged it, complete adds
 out of entry order, count an answer from a bookie that no longer holds the position it answered for, or
-take a result from a replica that was not asked.
+take a result from a replica that was not asked, or import the `bkfast.codec` facade (it takes from
+`bkfast._codec` only, so BKFAST_PURE_CODEC=1 never changes it).
 """
 
 from libc.string cimport memcpy
@@ -26,7 +27,10 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 import logging
 import time
 
-from bkfast.codec import verify_entry_at
+# The Cython codec itself, never the `bkfast.codec` facade: BKFAST_PURE_CODEC=1 swaps the facade for the
+# pure twin, and must not change how the client verifies entries. (`verify_entry_at` is a plain `def` in
+# _codec.pyx, so there is nothing to cimport yet.)
+from bkfast._codec import verify_entry_at
 
 log = logging.getLogger("bkfast.client.write_handle")
 _monotonic = time.monotonic

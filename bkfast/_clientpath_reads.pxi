@@ -71,7 +71,7 @@ cdef class ReadBatchCore:
     kept in entry order. Fast path: v2 READ frames on ChannelCores where a ReadPort routes the answers
     here. Python callbacks: `resolve(bookie)` -> ChannelCore with this batch's port, or None for the
     general path `slow_send(read, bookie)` (whose outcome comes back through on_result);
-    `digest` = (digest type, MAC key, scope id) checks each entry (bkfast.codec.verify_entry_at);
+    `digest` = (digest type, MAC key, scope id) checks each entry (bkfast._codec.verify_entry_at);
     `failed(read, error)` when a replica
     failed (error: exception or v2 rc); `finished()` once every entry is in (or the batch failed)."""
 

@@ -2,37 +2,7 @@
 # requests and to read their answers without a protobuf parser (bookkeeper-formats.md §2). Anything
 # these readers do not accept goes to the channel's protobuf path, which decides.
 
-cdef inline int _varint(const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, uint64_t *out) noexcept nogil:
-    """Protobuf base-128 varint at p[pos]; -1 if truncated or longer than 10 bytes."""
-    cdef uint64_t v = 0
-    cdef int shift = 0
-    cdef uint8_t b
-    while pos[0] < n and shift < 70:
-        b = p[pos[0]]
-        pos[0] += 1
-        v |= (<uint64_t>(b & 0x7F)) << shift
-        if not (b & 0x80):
-            out[0] = v
-            return 0
-        shift += 7
-    return -1
-
-
-cdef inline int _skip_field(const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, int wire_type) noexcept nogil:
-    cdef uint64_t length
-    if wire_type == 0:
-        return _varint(p, n, pos, &length)
-    if wire_type == 1:
-        pos[0] += 8
-    elif wire_type == 5:
-        pos[0] += 4
-    elif wire_type == 2:
-        if _varint(p, n, pos, &length) < 0 or length > <uint64_t>(n - pos[0]):
-            return -1
-        pos[0] += <Py_ssize_t>length
-    else:
-        return -1
-    return 0 if pos[0] <= n else -1
+from bkfast._protowire cimport pw_varint as _varint, pw_skip_field as _skip_field, pw_put_varint as _put_varint
 
 
 cdef int _v3_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *operation, int *status,
@@ -89,16 +59,6 @@ cdef int _v3_answer(const uint8_t *p, Py_ssize_t n, uint64_t *txn, int *operatio
         return -1
     status[0] = inner_status if inner_status >= 0 else top_status
     return 0
-
-
-cdef inline Py_ssize_t _put_varint(uint8_t *p, uint64_t v) noexcept nogil:
-    cdef Py_ssize_t n = 0
-    while v >= 0x80:
-        p[n] = <uint8_t>((v & 0x7F) | 0x80)
-        v >>= 7
-        n += 1
-    p[n] = <uint8_t>v
-    return n + 1
 
 
 cdef Py_ssize_t _v3_header(uint8_t *p, int operation, uint64_t txn) noexcept nogil:

@@ -19,6 +19,8 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.string cimport memcmp, memcpy, memmove
 
+from bkfast._protowire cimport pw_put_varint, pw_varint_size
+
 from bkfast.errors import (
     DigestMismatchError,
     EntryFormatError,
@@ -1028,6 +1030,161 @@ cdef class FrameBuilder:
             PyBuffer_Release(&view)
         self.frame_count += 1
 
+    cdef Py_ssize_t _v3_response_start(self, Py_ssize_t body_len, int operation, uint64_t txn, int status,
+                                       int sub_field, Py_ssize_t sub_len) except -1:
+        """Reserve and write a v3 Response frame up to the start of its inner response (field
+        `sub_field`, `sub_len` bytes long); returns the offset where the inner bytes go. Field order and
+        encodings are protobuf's (serializing pb.Response gives the same bytes)."""
+        cdef Py_ssize_t header_len = 5 + pw_varint_size(txn)
+        cdef Py_ssize_t total = (1 + pw_varint_size(header_len) + header_len
+                                 + 1 + pw_varint_size(<uint64_t><int64_t>status)
+                                 + 2 + pw_varint_size(sub_len) + sub_len)
+        cdef uint8_t *p
+        cdef Py_ssize_t at
+        self.reserve(4 + total)
+        p = self.buf + self.length
+        put_u32(p, <uint32_t>total)
+        at = 4
+        p[at] = 0x0A
+        at += 1
+        at += pw_put_varint(p + at, header_len)
+        p[at] = 0x08; p[at + 1] = 3; p[at + 2] = 0x10; p[at + 3] = <uint8_t>operation; p[at + 4] = 0x18
+        at += 5
+        at += pw_put_varint(p + at, txn)
+        p[at] = 0x10
+        at += 1
+        at += pw_put_varint(p + at, <uint64_t><int64_t>status)
+        at += pw_put_varint(p + at, <uint64_t>((sub_field << 3) | 2))
+        at += pw_put_varint(p + at, sub_len)
+        return at
+
+    cpdef add_v3_add_request(self, master_key, int64_t ledger_id, int64_t entry_id, int64_t last_add_confirmed,
+                             int64_t length, payload, int digest_type, mac_key, uint64_t txn):
+        """Append a v3 ADD_ENTRY Request frame (header version 3 with `txn`; addRequest with the ids, the
+        master key and the entry built in place as encode_entry would) -- the bytes protobuf would
+        serialize for the same message. For load generators: no per-add protobuf object."""
+        cdef Py_buffer view
+        cdef int dlen = digest_length(digest_type)
+        cdef Py_ssize_t header_len = 5 + pw_varint_size(txn)
+        cdef Py_ssize_t entry_len, sub, total, at
+        cdef uint8_t *p
+        master_key = _master_key_bytes(master_key)
+        check_mac_key(digest_type, mac_key)
+        if ledger_id < 0:
+            raise ValueError(f"ledger id {ledger_id} is negative")
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            entry_len = METADATA_LENGTH + dlen + view.len
+            sub = (1 + pw_varint_size(<uint64_t>ledger_id) + 1 + pw_varint_size(<uint64_t>entry_id)
+                   + 2 + MASTER_KEY_LENGTH + 1 + pw_varint_size(<uint64_t>entry_len) + entry_len)
+            total = 1 + pw_varint_size(header_len) + header_len + 2 + pw_varint_size(sub) + sub
+            self.reserve(4 + total)
+            p = self.buf + self.length
+            put_u32(p, <uint32_t>total)
+            at = 4
+            p[at] = 0x0A
+            at += 1
+            at += pw_put_varint(p + at, header_len)
+            p[at] = 0x08; p[at + 1] = 3; p[at + 2] = 0x10; p[at + 3] = 2; p[at + 4] = 0x18   # ADD_ENTRY
+            at += 5
+            at += pw_put_varint(p + at, txn)
+            p[at] = 0xAA; p[at + 1] = 0x06
+            at += 2
+            at += pw_put_varint(p + at, sub)
+            p[at] = 0x08
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
+            p[at] = 0x10
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+            p[at] = 0x1A; p[at + 1] = MASTER_KEY_LENGTH
+            memcpy(p + at + 2, <const char*>master_key, MASTER_KEY_LENGTH)
+            at += 2 + MASTER_KEY_LENGTH
+            p[at] = 0x22
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_len)
+            write_entry_header(p + at, 0, digest_type, ledger_id, entry_id, last_add_confirmed, length)
+            if view.len:
+                memcpy(p + at + METADATA_LENGTH + dlen, view.buf, view.len)
+            write_digest(digest_type, mac_key, p + at, METADATA_LENGTH, <const uint8_t*>view.buf, view.len, payload)
+            at += entry_len
+            self.length += at
+        finally:
+            PyBuffer_Release(&view)
+        self.frame_count += 1
+
+    cpdef add_v3_add_response(self, int status, int64_t ledger_id, int64_t entry_id, uint64_t txn,
+                              uint64_t scope_id=0):
+        """Append the v3 ADD_ENTRY Response (header with `txn`, status, addResponse with the ids and,
+        when not 0, ledgerScopeId)."""
+        cdef Py_ssize_t sub = (1 + pw_varint_size(<uint64_t><int64_t>status)
+                               + 1 + pw_varint_size(<uint64_t>ledger_id) + 1 + pw_varint_size(<uint64_t>entry_id))
+        cdef Py_ssize_t at
+        cdef uint8_t *p
+        if scope_id:
+            sub += 2 + pw_varint_size(scope_id)
+        at = self._v3_response_start(0, 2, txn, status, 101, sub)   # ADD_ENTRY
+        p = self.buf + self.length
+        p[at] = 0x08
+        at += 1 + pw_put_varint(p + at + 1, <uint64_t><int64_t>status)
+        p[at] = 0x10
+        at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
+        p[at] = 0x18
+        at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+        if scope_id:
+            p[at] = 0xC0; p[at + 1] = 0x3E
+            at += 2 + pw_put_varint(p + at + 2, scope_id)
+        self.length += at
+        self.frame_count += 1
+
+    cpdef add_v3_read_response(self, int status, int64_t ledger_id, int64_t entry_id, uint64_t txn, data,
+                               bint has_max_lac, int64_t max_lac, bint has_timestamp, int64_t timestamp,
+                               uint64_t scope_id=0):
+        """Append the v3 READ_ENTRY Response: readResponse with status, ids, `data` as body unless None,
+        maxLAC and lacUpdateTimestamp when given, ledgerScopeId when not 0."""
+        cdef Py_buffer view
+        cdef bint has_body = data is not None
+        cdef Py_ssize_t sub = (1 + pw_varint_size(<uint64_t><int64_t>status)
+                               + 1 + pw_varint_size(<uint64_t>ledger_id) + 1 + pw_varint_size(<uint64_t>entry_id))
+        cdef Py_ssize_t at, body_len = 0
+        cdef uint8_t *p
+        if has_body:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+            body_len = view.len
+            sub += 1 + pw_varint_size(<uint64_t>body_len) + body_len
+        try:
+            if has_max_lac:
+                sub += 1 + pw_varint_size(<uint64_t>max_lac)
+            if has_timestamp:
+                sub += 1 + pw_varint_size(<uint64_t>timestamp)
+            if scope_id:
+                sub += 2 + pw_varint_size(scope_id)
+            at = self._v3_response_start(0, 1, txn, status, 100, sub)   # READ_ENTRY
+            p = self.buf + self.length
+            p[at] = 0x08
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t><int64_t>status)
+            p[at] = 0x10
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
+            p[at] = 0x18
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+            if has_body:
+                p[at] = 0x22
+                at += 1 + pw_put_varint(p + at + 1, <uint64_t>body_len)
+                if body_len:
+                    memcpy(p + at, view.buf, body_len)
+                at += body_len
+            if has_max_lac:
+                p[at] = 0x28
+                at += 1 + pw_put_varint(p + at + 1, <uint64_t>max_lac)
+            if has_timestamp:
+                p[at] = 0x30
+                at += 1 + pw_put_varint(p + at + 1, <uint64_t>timestamp)
+            if scope_id:
+                p[at] = 0xC0; p[at + 1] = 0x3E
+                at += 2 + pw_put_varint(p + at + 2, scope_id)
+        finally:
+            if has_body:
+                PyBuffer_Release(&view)
+        self.length += at
+        self.frame_count += 1
+
     cpdef bytes take(self):
         """Everything appended (and not consumed) so far, as one bytes object; the builder is empty afterwards."""
         if self.exports:
@@ -1148,3 +1305,6 @@ cdef class FrameSplitter:
         finally:
             PyBuffer_Release(&view)
         return frames
+
+
+include "_codec_v3.pxi"

@@ -9,7 +9,7 @@ the scanner that walks a region of a log file record by record (padding skipped,
 pseudo-entries skipped, a torn tail detected; in the included _entrylog_scan.pxi).
 
 Must never: know about file names, log ids allocation, the ledgers map layout or rotation (that is
-bkfast.bookie.entrylogger), open or choose files (it is handed file descriptors), or import bkfast
+bkfast.storage.entrylogger), open or choose files (it is handed file descriptors), or import bkfast
 modules other than the leaf `bkfast.errors`.
 
 Concurrency contract: calls that write (add_entry, write, write_at, flush, sync, close) must be

@@ -14,6 +14,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from bkfast import _refcodec_v3 as _v3
 from bkfast.errors import (
     DigestMismatchError,
     EntryFormatError,
@@ -379,6 +380,61 @@ def decode_v2_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
     return adds, ids, i
 
 
+def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit: int = -1) -> tuple[int, list]:
+    """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory."""
+    misses: list = []
+    i = start
+    while i < len(frames):
+        if out_limit >= 0 and len(out) >= out_limit:
+            break
+        frame = frames[i]
+        if type(frame) is not bytes or len(frame) < 20:
+            break
+        version, opcode, flags = decode_packet_header(_U32.unpack_from(frame)[0])
+        if opcode != OP_READ or not 1 <= version <= 2 or flags & FLAG_DO_FENCING:
+            break
+        ledger_id, entry_id = struct.unpack_from(">qq", frame, 4)
+        data = None if ledger_id in busy else lookup(ledger_id, entry_id, 0)
+        if data is None:
+            busy.setdefault(ledger_id, 0)
+            misses.append((ledger_id, entry_id, version))
+        else:
+            out.add_read_response(0, ledger_id, entry_id, data, version)
+        i += 1
+    return i, misses
+
+
+decode_v3_adds = _v3.decode_v3_adds
+
+
+def decode_v3_answer(frame) -> tuple[int, int, int]:
+    """Twin of _codec.decode_v3_answer: (txn_id, operation, status)."""
+    b = bytes(frame)
+    txn = operation = top = inner = None
+    try:
+        for field, wire, value in _v3.fields(b, 0, len(b)):
+            if wire == 2 and (field == 1 or 100 <= field <= 108):
+                for f2, w2, v2 in _v3.fields(b, *value):
+                    if w2 != 0:
+                        continue
+                    if field == 1 and f2 == 2:
+                        operation = v2
+                    elif field == 1 and f2 == 3:
+                        txn = v2
+                    elif field != 1 and f2 == 1:
+                        inner = v2
+            elif field == 2 and wire == 0:
+                top = value
+    except ValueError as err:
+        raise MalformedFrameError("not a well-formed v3 Response") from err
+    if txn is None or operation is None or top is None:
+        raise MalformedFrameError("not a well-formed v3 Response")
+    return txn, operation, inner if inner is not None else top
+
+
+serve_v3_reads = _v3.serve_v3_reads
+
+
 @dataclass
 class V2Response:
     version: int
@@ -454,6 +510,19 @@ class FrameBuilder:
     def add_batch_read_response(self, rc, ledger_id, start_entry_id, request_id, entries=(),
                                 version=CURRENT_PROTOCOL_VERSION):
         self._append(encode_batch_read_response(rc, ledger_id, start_entry_id, request_id, entries, version))
+
+    def add_v3_add_request(self, master_key, ledger_id, entry_id, last_add_confirmed, length, payload, digest_type,
+                           mac_key, txn):
+        entry = encode_entry(ledger_id, entry_id, last_add_confirmed, length, payload, digest_type, mac_key)
+        self._append(_v3.v3_add_request(_master_key_bytes(master_key), ledger_id, entry_id, txn, entry))
+
+    def add_v3_add_response(self, status, ledger_id, entry_id, txn, scope_id=0):
+        self._append(_v3.v3_add_response(status, ledger_id, entry_id, txn, scope_id))
+
+    def add_v3_read_response(self, status, ledger_id, entry_id, txn, data, has_max_lac, max_lac, has_timestamp,
+                             timestamp, scope_id=0):
+        self._append(_v3.v3_read_response(status, ledger_id, entry_id, txn, data, has_max_lac, max_lac,
+                                          has_timestamp, timestamp, scope_id))
 
     def add_frame(self, body):
         self._append(_U32.pack(len(body)) + bytes(body))

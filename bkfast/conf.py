@@ -13,6 +13,8 @@ rather than rejected. It is a leaf: it imports only the stdlib and bkfast.errors
 
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 import os
 import re
@@ -31,7 +33,10 @@ __all__ = [
     "DEFAULT_DB_STORAGE_CACHE_MB",
     "Key",
     "ServerConfiguration",
+    "format_value",
     "parse_properties",
+    "unknown_key_warnings",
+    "log_unknown_keys",
 ]
 
 _MiB = 1024 * 1024
@@ -52,6 +57,19 @@ def _default_db_storage_cache_mb() -> int:
 
 
 DEFAULT_DB_STORAGE_CACHE_MB = _default_db_storage_cache_mb()
+
+SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
+FALLBACK_BACKLOG = 4096     # Linux's SOMAXCONN since 5.4, where /proc cannot be read
+
+
+def system_max_backlog() -> int:
+    """The kernel's cap on a listen backlog (net.core.somaxconn), as netty's NetUtil.SOMAXCONN reads it."""
+    try:
+        with open(SOMAXCONN_PATH) as f:
+            value = int(f.read().strip())
+    except (OSError, ValueError):
+        return FALLBACK_BACKLOG
+    return value if value > 0 else FALLBACK_BACKLOG
 """Default of dbStorage_writeCacheMaxSizeMb and dbStorage_readAheadCacheMaxSizeMb on this host."""
 
 
@@ -112,11 +130,16 @@ SERVER_KEYS: tuple[Key, ...] = (
     # Network and identity
     Key("bookiePort", int, 3181, "Port the bookie listens on", min=0, max=65535),
     Key("allowEphemeralPorts", bool, False, "Allow bookiePort=0 (a random port; for tests)"),
-    Key("listeningInterface", str, None, "Network interface whose address the bookie advertises"),
+    Key("listeningInterface", str, None, "Network interface (lo, eth0) whose IPv4 address the bookie binds "
+        "and, without advertisedAddress, advertises; unset = bind every interface"),
     Key("advertisedAddress", str, None, "Address advertised to clients instead of the interface's"),
     Key("useHostNameAsBookieID", bool, False, "Build the default bookie id from the host name, not the IP"),
+    Key("useShortHostName", bool, False, "With useHostNameAsBookieID, use the host name up to its first dot"),
     Key("bookieId", str, None, "Explicit bookie id (default host:port)"),
     Key("serverTcpNoDelay", bool, True, "Set TCP_NODELAY on bookie connections"),
+    Key("serverTcpBacklog", int, 0,
+        "Accept backlog of the bookie's listening socket; 0 = the system maximum "
+        "(/proc/sys/net/core/somaxconn, as Java's netty server uses)", min=0),
     # Directories
     Key("journalDirectory", str, "/tmp/bk-txn", "Journal directory (used when journalDirectories is unset)"),
     Key("journalDirectories", list, None,
@@ -233,6 +256,18 @@ SERVER_KEYS: tuple[Key, ...] = (
     Key("maxPendingAddRequestsPerThread", int, 10000, "Queued adds per add thread before rejecting", min=0),
     Key("maxPendingReadRequestsPerThread", int, 10000, "Queued reads per read thread before rejecting",
         min=0),
+    Key("waitTimeoutOnResponseBackpressureMs", int, 60000,
+        "Close a connection whose peer has not read its answers for this long, ms; -1 = never (Java's "
+        "default is -1; bkfast closes after 60 s so a client that never reads cannot pin a connection)",
+        min=-1),
+    Key("testEntryLogReadDelayMs", int, 0,
+        "bkfast test hook: sleep this long before each DbLedgerStorage entry-log read (never in production)",
+        min=0),
+    Key("testWriteCacheFlushDelayMs", int, 0,
+        "bkfast test hook: sleep this long before each write-cache flush (never in production)", min=0),
+    Key("serverConnectionOutputLimitBytes", int, 1024 * 1024,
+        "bkfast: answers queued per connection before it stops taking requests until the peer reads "
+        "(plus Twisted's 256 KiB send buffer)", min=4096),
     # Operations
     Key("httpServerEnabled", bool, False, "Serve the admin HTTP API"),
     Key("httpServerPort", int, 8080, "Admin HTTP API port", min=0, max=65535),
@@ -332,7 +367,7 @@ def _convert(key: Key, value: object) -> Any:
     return number
 
 
-def _format(value: Any) -> str:
+def format_value(value: Any) -> str:
     """The text form of a value, as it would appear in a bk_server.conf (the inverse of _convert)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -559,7 +594,7 @@ class Configuration:
     def dump(self, include_defaults: bool = False) -> str:
         """`key=value` text that `load()` reads back to an equal configuration."""
         lines = [
-            f"{name}={_format(value)}"
+            f"{name}={format_value(value)}"
             for name, value in self.to_dict(include_defaults).items()
             if value is not None
         ]
@@ -593,6 +628,50 @@ def _index_keys(cls: type[Configuration]) -> None:
 _index_keys(Configuration)
 
 
+_CLOSE_MATCH_CUTOFF = 0.85
+"""How alike (difflib ratio) an unknown key and a known one must be to suggest the known one. High, so
+that the many Java keys bkfast does not implement (statsProviderClass, ...) get no false suggestion,
+while a typo (journalDirectores) still does."""
+
+
+def unknown_key_warnings(conf: Configuration) -> tuple[list[str], list[str]]:
+    """(one warning per unknown key that looks like a misspelled known key, the other unknown keys).
+
+    A warning reads "journalDirectores is not a key bkfast reads; did you mean journalDirectories?".
+    Case-insensitive equality counts as a misspelling. BookKeeper's own keys that bkfast does not read
+    (bkfast.conf_java) are never taken for misspellings. The other unknown keys are kept for plugins.
+    """
+    from bkfast.conf_java import JAVA_SERVER_KEYS_NOT_READ
+
+    known = [key.name for key in conf.KEYS]
+    by_lower = {name.lower(): name for name in known}
+    real = JAVA_SERVER_KEYS_NOT_READ | {key.name for key in COMMON_KEYS + SERVER_KEYS + CLIENT_KEYS}
+    suggestions, others = [], []
+    for name in conf.unknown_keys:
+        match = None if name in real else by_lower.get(name.lower())
+        if match is None and name not in real:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=_CLOSE_MATCH_CUTOFF)
+            match = close[0] if close else None
+        if match is None:
+            others.append(name)
+        else:
+            suggestions.append(f"{name} is not a key bkfast reads; did you mean {match}?")
+    return suggestions, others
+
+
+def log_unknown_keys(conf: Configuration, logger: logging.Logger | None = None) -> list[str]:
+    """Log the configuration's unknown keys once (call at start): a WARNING per likely misspelling, with
+    the closest known key, and one INFO line naming the rest (kept: plugins may read them). Returns the
+    warnings."""
+    logger = logger or logging.getLogger("bkfast.conf")
+    suggestions, others = unknown_key_warnings(conf)
+    for line in suggestions:
+        logger.warning("%s", line)
+    if others:
+        logger.info("keys bkfast does not read (kept for plugins): %s", ", ".join(others))
+    return suggestions
+
+
 class ServerConfiguration(Configuration):
     """A bookie's configuration (BookKeeper's ServerConfiguration)."""
 
@@ -604,8 +683,10 @@ class ServerConfiguration(Configuration):
     listening_interface = _Setting("listeningInterface")
     advertised_address = _Setting("advertisedAddress")
     use_host_name_as_bookie_id = _Setting("useHostNameAsBookieID")
+    use_short_host_name = _Setting("useShortHostName")
     bookie_id = _Setting("bookieId")
     server_tcp_no_delay = _Setting("serverTcpNoDelay")
+    server_tcp_backlog = _Setting("serverTcpBacklog")
     # Directories
     journal_directory = _Setting("journalDirectory")
     journal_directories = _Setting("journalDirectories")
@@ -704,6 +785,12 @@ class ServerConfiguration(Configuration):
         group); `get("journalFlushWhenQueueEmpty")` still returns the value as configured.
         """
         return bool(self.get("journalFlushWhenQueueEmpty")) or self.get("journalMaxGroupWaitMSec") <= 0
+
+    @property
+    def listen_backlog(self) -> int:
+        """The accept backlog to listen with: serverTcpBacklog, or when 0 the system maximum."""
+        configured = self.get("serverTcpBacklog")
+        return configured if configured > 0 else system_max_backlog()
 
     def _problems(self) -> list[str]:
         # The rules of Java's ServerConfiguration.validate(), DiskChecker and GarbageCollectorThread, so a

@@ -368,8 +368,49 @@ class WriteCacheFullError(BKTooManyRequestsException):
     """The ledger storage write cache is full and its flush did not free room in time."""
 
 
+class StorageBusyError(BKTooManyRequestsException):
+    """The bookie cannot take an add now without waiting (write cache or journal queue full). Only the
+    network server sees it: it holds the add, stops reading that connection, and offers the add again
+    when room is announced (ETOOMANYREQUESTS after dbStorage_maxThrottleTimeMs)."""
+
+
 class StorageCorruptionError(BKBookieIOException):
     """Stored data (entry log or index) is not what its location or header says it is."""
+
+
+class ReactorTimeoutError(BKTimeoutException, TimeoutError):
+    """A call handed to the reactor thread (bkfast.reactor) did not finish in time."""
+
+
+# --- metadata errors (ZooKeeper layout, cookies, registration): a message meant for an operator -------
+
+
+class MetadataError(BKMetaStoreException, RuntimeError):
+    """A metadata (ZooKeeper / cookie / registration) problem with a message meant for an operator."""
+
+
+class ClusterExistsError(MetadataError):
+    """initnewcluster / metaformat refused: the cluster's root already exists."""
+
+
+class CookieError(MetadataError):
+    """A cookie is missing, unreadable, or inconsistent between places."""
+
+
+class CookieMismatchError(CookieError):
+    """A stored cookie does not match this bookie's configuration."""
+
+
+class BookieIdInUseError(MetadataError):
+    """Another live bookie (ZooKeeper session) holds this bookie id's registration."""
+
+
+class InvalidBookieIdError(MetadataError, ValueError):
+    """A bookie id is not host:port with a port in 1..65535."""
+
+
+class ZooKeeperServerError(BKZKException, RuntimeError):
+    """A local ZooKeeper server (sandbox, tests) could not be located, started or stopped."""
 
 
 # --- the one table of wire codes -------------------------------------------------------------------
@@ -457,3 +498,18 @@ def missing_entry_error(ledger_known: bool, scope_id: int, ledger_id: int, entry
         return BKNoSuchLedgerExistsException(
             f"No such ledger exists: {ledger_name(scope_id, ledger_id)} is not on this bookie")
     return BKNoSuchEntryException(f"No such entry: entry {entry_id} of {ledger_name(scope_id, ledger_id)}")
+
+
+class AdminError(RuntimeError):
+    """An admin operation (shell, HTTP admin API) refused or failed for a reason the operator can act on;
+    the message is one line."""
+
+
+class ReplayInterrupted(Exception):
+    """Journal replay stopped because its visitor raised (ledger storage took no more): `mark` is the
+    position after the last record it took (replay resumes there), `__cause__` what it raised."""
+
+    def __init__(self, mark, cause: BaseException):
+        super().__init__(f"journal replay stopped at {tuple(mark)}: {cause}")
+        self.mark = mark
+        self.__cause__ = cause

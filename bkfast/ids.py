@@ -1,17 +1,27 @@
-"""Ledger identity: the (scope_id, ledger_id) pair of bkfast's 128-bit ledger ids, and entry id checks.
+"""Identities: ledger ids (the (scope_id, ledger_id) pair of bkfast's 128-bit ids), entry id checks, the
+v3 wire forms of scope ids, and a bookie's address and id.
 
-This module owns the one definition of what a valid ledger id, scope id and entry id is, and the textual
-and UUID forms of a ledger id (see spec/scope-ids.md). Scope 0 is Apache BookKeeper's classic 64-bit id
-space; everything else is bkfast's extension. It is a leaf: it imports only the stdlib and bkfast.errors.
+This module owns the one definition of what a valid ledger id, scope id and entry id is, the textual
+and UUID forms of a ledger id (see spec/scope-ids.md), the int64 two's complement a scope id travels as
+in v3's `ledgerScopeId`, the v3 `writeFlags` bit of DEFERRED_SYNC, splitting a "host:port" bookie id,
+and how a bookie's configuration (listeningInterface, advertisedAddress, useHostNameAsBookieID,
+useShortHostName, bookieId) turns into the address it binds, the address it advertises and its bookie
+id (Java's BookieImpl.getBookieAddress). Scope 0 is Apache BookKeeper's classic 64-bit id space;
+everything else is bkfast's extension. It is a leaf: it imports only the stdlib and bkfast.errors.
 """
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import re
+import socket
+import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from bkfast.errors import InvalidLedgerIdError
+from bkfast.errors import ConfigurationError, InvalidBookieIdError, InvalidLedgerIdError
 
 MAX_LEDGER_ID = 2**63 - 1
 """Largest ledger id: Java's Long.MAX_VALUE (ids are non-negative signed longs)."""
@@ -23,7 +33,11 @@ MAX_ENTRY_ID = 2**63 - 1
 LAST_ADD_CONFIRMED = -1
 """Entry id -1 in a read request means "the last add confirmed" (and is the LAC of an empty ledger)."""
 
+DEFERRED_SYNC = 1
+"""`AddRequest.writeFlags` bit of BookKeeper's WriteFlag.DEFERRED_SYNC (v3 only)."""
+
 _LOW_63_BITS = (1 << 63) - 1
+_U64 = (1 << 64) - 1
 _QUALIFIED_NAME = re.compile(r"(?:0[xX])?([0-9a-fA-F]{32})")
 
 
@@ -113,3 +127,124 @@ def validate_entry_id(entry_id: object, allow_last: bool = False) -> int:
     """Check an entry id (0 .. 2**63-1) and return it; -1 ("last add confirmed") only if `allow_last`."""
     low = LAST_ADD_CONFIRMED if allow_last else 0
     return _check_int("entry_id", entry_id, low, MAX_ENTRY_ID)
+
+
+def scope_field(scope_id: int) -> int:
+    """The v3 `ledgerScopeId` (an int64 on the wire) for a scope id: the unsigned scope's two's complement."""
+    if not 0 <= scope_id <= MAX_SCOPE_ID:
+        raise InvalidLedgerIdError(f"scope id {scope_id} is outside 0..2^64-1")
+    return scope_id if scope_id <= _LOW_63_BITS else scope_id - (1 << 64)
+
+
+def scope_from_field(field: int) -> int:
+    """The scope id a v3 `ledgerScopeId` (int64, two's complement) stands for."""
+    return field & _U64
+
+
+def split_bookie_id(bookie_id: str) -> tuple[str, int]:
+    """ "host:port" (IPv6 hosts may be bracketed) -> (host, port); InvalidBookieIdError otherwise."""
+    host, sep, port = bookie_id.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidBookieIdError(f"bookie id {bookie_id!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+# --- bookie address ----------------------------------------------------------------------------------
+
+_SIOCGIFADDR = 0x8915          # linux/sockios.h: get an interface's (first) IPv4 address
+_IFNAMSIZ = 16
+
+
+def interface_names() -> list[str]:
+    """The names of this host's network interfaces (`lo`, `eth0`, ...)."""
+    return [name for _, name in socket.if_nameindex()]
+
+
+def interface_ipv4(name: str) -> str:
+    """The IPv4 address of network interface `name`, asked of the kernel (SIOCGIFADDR).
+
+    ConfigurationError naming listeningInterface when there is no such interface or it has no IPv4
+    address.
+    """
+    names = interface_names()
+    if name not in names:
+        raise ConfigurationError(f"listeningInterface: no network interface named {name!r} on this host "
+                                 f"(it has {', '.join(names) or 'none'})")
+    request = struct.pack("256s", name.encode()[:_IFNAMSIZ - 1])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            answer = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, request)
+        except OSError:
+            raise ConfigurationError(f"listeningInterface: interface {name!r} has no IPv4 address; "
+                                     "configure one or set advertisedAddress") from None
+    return socket.inet_ntoa(answer[20:24])      # struct ifreq: name[16], sockaddr_in (family, port, addr)
+
+
+def _default_host_address() -> str:
+    # Java: the local host's canonical name, resolved (InetAddress.getLocalHost()).
+    fqdn = socket.getfqdn()
+    try:
+        return socket.gethostbyname(fqdn)
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def _canonical_host_name(address: str) -> str:
+    try:
+        return socket.gethostbyaddr(address)[0]
+    except OSError:
+        return address            # Java's getCanonicalHostName also falls back to the address text
+
+
+@dataclass(frozen=True)
+class BookieAddress:
+    """Where a bookie listens (`bind_host`, "0.0.0.0" = every interface) and what it tells the world."""
+
+    bind_host: str
+    host: str
+    port: int
+    bookie_id: str
+
+
+def bookie_address(conf, *, interface_address: Callable[[str], str] = interface_ipv4,
+                   default_address: Callable[[], str] = _default_host_address,
+                   canonical_name: Callable[[str], str] = _canonical_host_name) -> BookieAddress:
+    """A bookie's bind address, advertised host and id from its configuration, as Java's BookieImpl.
+
+    * listeningInterface names a network interface (`lo`, `eth0`): the bookie binds to that interface's
+      IPv4 address; unset, it binds every interface. bkfast also accepts an IP address there (bind it).
+    * The advertised host is advertisedAddress when set; else the interface's address (or, without an
+      interface, the local host's address), or its canonical host name with useHostNameAsBookieID
+      (cut at the first dot with useShortHostName).
+    * The bookie id is bookieId when set, else `<advertised host>:<bookiePort>`.
+
+    `conf` is anything with `get(key)`; the three callables are how the host is asked (tests replace
+    none of them for `lo`).
+    """
+    port = int(conf.get("bookiePort"))
+    interface = (conf.get("listeningInterface") or "").strip()
+    iface_address = None
+    if interface:
+        try:
+            literal = ipaddress.ip_address(interface)
+        except ValueError:
+            literal = None
+        iface_address = str(literal) if literal is not None else interface_address(interface)
+        bind_host = iface_address
+        if literal is not None and literal.is_unspecified:
+            iface_address = None
+    else:
+        bind_host = "0.0.0.0"
+    advertised = (conf.get("advertisedAddress") or "").strip()
+    if advertised:
+        host = advertised
+    else:
+        address = iface_address or default_address()
+        if conf.get("useHostNameAsBookieID"):
+            host = canonical_name(address)
+            if conf.get("useShortHostName"):
+                host = host.split(".", 1)[0]
+        else:
+            host = address
+    explicit = (conf.get("bookieId") or "").strip()
+    return BookieAddress(bind_host, host, port, explicit or f"{host}:{port}")

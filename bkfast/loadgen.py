@@ -2,7 +2,8 @@
 
 Owns: the client side of BenchBookie. A Twisted Protocol per connection cuts the response stream with
 the Cython `FrameSplitter`; requests are built in place in one reused send buffer per connection (v2:
-`FrameBuilder.add_add_request`; v3: a reused protobuf `Request` around `encode_entry`) and everything
+`FrameBuilder.add_add_request`; v3: `FrameBuilder.add_v3_add_request`, the same bytes protobuf would
+serialize) and everything
 produced in one reactor turn goes out with ONE socket send (see `BenchProtocol.flush`). Responses are
 matched to requests by (ledgerId, entryId) in v2 and by txnId in v3.
 
@@ -29,7 +30,6 @@ from twisted.internet.error import ConnectionDone
 
 from bkfast import codec
 from bkfast.errors import FrameError
-from bkfast.proto import OperationType, ProtocolVersion, Request, Response
 
 _perf = time.perf_counter
 # The open-loop phase sends what is due at most every 0.5 ms. Latency is still measured from each add's
@@ -90,12 +90,6 @@ class Writer:
         self.mac_key = codec.mac_key(password)
         self.payload = payload if payload is not None else bytes(size)
         self.txn = 0
-        self._req = Request()
-        self._req.header.version = ProtocolVersion.VERSION_THREE
-        self._req.header.operation = OperationType.ADD_ENTRY
-        self._req.addRequest.masterKey = self.master_key
-        self._hdr = self._req.header
-        self._add = self._req.addRequest
 
     def append_next(self, out) -> object:
         """Append the next add's frame to `out` (a codec.FrameBuilder); return its match key."""
@@ -111,17 +105,9 @@ class Writer:
             return lid, e
         self.txn += 1
         txn = self.txn
-        out.add_frame(self.v3_body(txn, lid, e, e - 1, (e + 1) * self.size))
+        out.add_v3_add_request(self.master_key, lid, e, e - 1, (e + 1) * self.size, self.payload, self.digest_type,
+                               self.mac_key, txn)
         return txn
-
-    def v3_body(self, txn: int, lid: int, e: int, lac: int, length: int) -> bytes:
-        """A serialized v3 ADD_ENTRY Request (the frame without its length prefix)."""
-        self._hdr.txnId = txn
-        add = self._add
-        add.ledgerId = lid
-        add.entryId = e
-        add.body = codec.encode_entry(lid, e, lac, length, self.payload, self.digest_type, self.mac_key)
-        return self._req.SerializeToString()
 
 
 class Phase:
@@ -285,7 +271,6 @@ class BenchProtocol(protocol.Protocol):
         self.bytes_sent = 0
         self.writes = 0
         self.out = codec.FrameBuilder(1 << 20)
-        self._resp = Response()
 
     def connectionMade(self):
         try:
@@ -358,12 +343,12 @@ class BenchProtocol(protocol.Protocol):
         pending = self.pending
         try:
             if self.v3:
-                resp = self._resp
+                answer = codec.decode_v3_answer
                 for f in frames:
-                    resp.ParseFromString(f)
-                    started = pending.pop(resp.header.txnId, None)
+                    txn, _, status = answer(f)
+                    started = pending.pop(txn, None)
                     if started is not None and phase is not None:
-                        phase.complete(started, now, resp.status)
+                        phase.complete(started, now, status)
                         phase = self.phase
             else:
                 decode = codec.decode_response

@@ -262,4 +262,61 @@ def test_server_batches_adds_keeps_order_and_bounds(tmp_path):
         acks = _responses(transport.value())
         assert [(r.opcode, r.rc, r.entry_id) for r in acks] == [(1, 0, e) for e in range(5)]
         assert proto.inflight_adds == 0
-        assert factory.lac_update_time(0, 9) > 0
+        assert bookie.known_lac(0, 9) == 3   # entry 4 piggy-backs LAC 3
+
+
+def test_v3_adds_of_one_read_are_one_bookie_batch_and_cached_v3_reads_skip_the_storage_read(tmp_path):
+    """The server's v3 fast path is really taken: one add_entries call for a read's ADD_ENTRYs, and
+    plain READ_ENTRYs of cached entries answered without Bookie.read_entry (the pool/disk path)."""
+    from bkfast.proto import BookkeeperProtocol_pb2 as pb
+
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        calls = {"add_entries": 0, "read_entry": 0}
+        add_entries, read_entry = bookie.add_entries, bookie.read_entry
+
+        def counting_add_entries(*a, **k):
+            calls["add_entries"] += 1
+            return add_entries(*a, **k)
+
+        def counting_read_entry(*a, **k):
+            calls["read_entry"] += 1
+            return read_entry(*a, **k)
+
+        bookie.add_entries, bookie.read_entry = counting_add_entries, counting_read_entry
+        clock = task.Clock()
+        factory = BookieServerFactory(bookie, conf, reactor=clock)
+        proto = factory.buildProtocol(None)
+        transport = StringTransport()
+        proto.makeConnection(transport)
+
+        def request(op, txn, **fields):
+            r = pb.Request()
+            r.header.version, r.header.operation, r.header.txnId = pb.VERSION_THREE, op, txn
+            sub = r.addRequest if op == pb.ADD_ENTRY else r.readRequest
+            for k, v in fields.items():
+                setattr(sub, k, v)
+            body = r.SerializeToString()
+            return len(body).to_bytes(4, "big") + body
+
+        adds = b"".join(request(pb.ADD_ENTRY, e, ledgerId=4, entryId=e, masterKey=KEY,
+                                body=_entry(4, e)) for e in range(50))
+        proto.dataReceived(adds)
+        dispatcher.drain(lambda: factory.pending_adds == 0)
+        clock.advance(0)
+        assert calls["add_entries"] == 1
+        transport.clear()
+        proto.dataReceived(b"".join(request(pb.READ_ENTRY, 100 + e, ledgerId=4, entryId=e) for e in range(50)))
+        clock.advance(0)
+        assert calls["read_entry"] == 0
+        data = transport.value()
+        answers = []
+        while data:
+            n = int.from_bytes(data[:4], "big")
+            answers.append(pb.Response.FromString(data[4:4 + n]))
+            data = data[4 + n:]
+        assert [(a.header.txnId, a.status, a.readResponse.body) for a in answers] == [
+            (100 + e, pb.EOK, _entry(4, e)) for e in range(50)]
+        assert all(a.readResponse.maxLAC == 48 for a in answers)   # entry 49 piggy-backs LAC 48
+        factory.stopFactory()

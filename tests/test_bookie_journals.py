@@ -184,3 +184,23 @@ def test_bookie_process_started_with_one_journal_dir_fewer_refuses_and_names_it(
     result = subprocess.run(added.command(), capture_output=True, timeout=120)
     assert result.returncode == 1
     assert f"new journal directory {tmp_path / 'j2'}" in result.stderr.decode()
+
+
+def test_shell_lastmark_prints_every_journal_mark(tmp_path):
+    from click.testing import CliRunner
+
+    from bkfast.cli.main import main
+
+    conf = conf_for(tmp_path, ["j0", "j1"])
+    with Bookie(conf) as bookie:
+        for ledger in (1, 2):
+            bookie.add_entry_sync(entry(ledger, 0), KEY)
+    marks = [jm.read_last_mark([tmp_path / "l1"], journal_index=i) for i in range(2)]
+    conf_file = tmp_path / "bk_server.conf"
+    conf_file.write_text(f"journalDirectories={tmp_path / 'j0'},{tmp_path / 'j1'}\n"
+                         f"ledgerDirectories={tmp_path / 'l1'},{tmp_path / 'l2'}\nledgerStorageClass={DB}\n")
+    result = CliRunner().invoke(main, ["shell", "lastmark", "--conf", str(conf_file)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"LastLogMark: Journal Id - {m.journal_id}({m.journal_id:x}.txn), "
+                                          f"Pos - {m.offset}" for m in marks]
+    assert marks[0].journal_id != marks[1].journal_id and all(m.offset > 0 for m in marks)

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import decode_lac, encode_entry, encode_lac
 from bkfast.conf import ServerConfiguration
 from bkfast.dbstorage.storage import DbLedgerStorage
@@ -31,6 +30,7 @@ from bkfast.errors import (
     WriteCacheFullError,
 )
 from bkfast.proto.DbLedgerStorageDataFormats_pb2 import LedgerData
+from bkfast.storage.entrylogger import EntryLogger
 
 VECTORS = Path(__file__).parent / "vectors" / "java_bookie_dirs"
 KEY = master_key(b"pw")

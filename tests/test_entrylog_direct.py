@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from bkfast._entrylog import DIRECT_BLOCK, BufferedChannel
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
+from bkfast.storage.entrylogger import EntryLogger
 
 CRC32C = 3
 BLOCK = DIRECT_BLOCK
@@ -211,7 +211,7 @@ def test_a_zero_tail_after_the_last_record_scans_cleanly(tmp_path, caplog):
     size = path.stat().st_size
     assert size % BLOCK == 0 and size > logical and not any(path.read_bytes()[logical:])
 
-    caplog.set_level(logging.DEBUG, logger="bkfast.bookie.entrylogger")
+    caplog.set_level(logging.DEBUG, logger="bkfast.storage.entrylogger")
     el = EntryLogger([crashed], conf(True))
     scanned = list(el.scan_records(0))
     assert [(r.location, r.data) for r in scanned] == written
@@ -233,7 +233,7 @@ def test_a_zero_tail_after_the_last_record_scans_cleanly(tmp_path, caplog):
 
 CHILD = """
 import sys, time
-from bkfast.bookie.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
 el = EntryLogger([sys.argv[1]], ServerConfiguration({"entryLogDirectWrites": True}))
@@ -266,7 +266,7 @@ def test_entries_flushed_before_a_sigkill_are_all_read_back(tmp_path):
 
 FAILING_CHILD = """
 import errno, resource, signal, sys
-from bkfast.bookie.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
 el = EntryLogger([sys.argv[1]], ServerConfiguration({"entryLogDirectWrites": True,
@@ -325,7 +325,7 @@ def test_a_file_system_refusing_o_direct_gets_buffered_logs_and_one_info_line(ca
         except OSError:
             refused = True
         probe.unlink(missing_ok=True)
-        caplog.set_level(logging.INFO, logger="bkfast.bookie.entrylogger")
+        caplog.set_level(logging.INFO, logger="bkfast.storage.entrylogger")
         el = EntryLogger([root], conf(True))
         written = []
         for log_id in range(3):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKIllegalOpException, StorageCorruptionError
+from bkfast.storage.entrylogger import EntryLogger
 
 VECTORS = Path(__file__).parent / "vectors" / "java_bookie_dirs"
 CRC32C = 3

@@ -6,8 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bkfast.errors import BKIncorrectParameterException, InvalidLedgerIdError
-from bkfast.ids import MAX_LEDGER_ID, MAX_SCOPE_ID, LedgerId, validate_entry_id
+from bkfast.errors import BKIncorrectParameterException, InvalidBookieIdError, InvalidLedgerIdError, MetadataError
+from bkfast.ids import (
+    MAX_LEDGER_ID,
+    MAX_SCOPE_ID,
+    LedgerId,
+    scope_field,
+    scope_from_field,
+    split_bookie_id,
+    validate_entry_id,
+)
 
 scopes = st.integers(min_value=0, max_value=MAX_SCOPE_ID)
 ledgers = st.integers(min_value=0, max_value=MAX_LEDGER_ID)
@@ -171,3 +179,40 @@ def test_minus_one_means_last_add_confirmed_only_when_allowed():
         validate_entry_id(-2, allow_last=True)
     with pytest.raises(InvalidLedgerIdError):
         validate_entry_id(-1)
+
+
+def test_scope_travels_as_the_int64_twos_complement_of_the_unsigned_scope():
+    assert scope_field(0) == 0
+    assert scope_field(2**63 - 1) == 2**63 - 1
+    assert scope_field(2**63) == -(2**63)
+    assert scope_field(MAX_SCOPE_ID) == -1
+    assert scope_from_field(-1) == MAX_SCOPE_ID
+    assert scope_from_field(-(2**63)) == 2**63
+
+
+@given(scopes)
+def test_scope_field_round_trips(scope_id):
+    field = scope_field(scope_id)
+    assert -(2**63) <= field < 2**63
+    assert scope_from_field(field) == scope_id
+
+
+@pytest.mark.parametrize("bad", [-1, MAX_SCOPE_ID + 1])
+def test_scope_field_refuses_a_scope_outside_64_unsigned_bits(bad):
+    with pytest.raises(BKIncorrectParameterException, match="outside 0..2"):
+        scope_field(bad)
+
+
+def test_split_bookie_id_takes_host_and_port_and_unbrackets_ipv6():
+    assert split_bookie_id("127.0.0.1:3181") == ("127.0.0.1", 3181)
+    assert split_bookie_id("bookie-1.example:65535") == ("bookie-1.example", 65535)
+    assert split_bookie_id("[::1]:3181") == ("::1", 3181)
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1", "127.0.0.1:", ":3181", "host:port", "host:0", "host:65536"])
+def test_split_bookie_id_refuses_what_is_not_host_colon_port(bad):
+    # Callers of either kind catch it: the metadata side (MetadataError) and resolvers (ValueError).
+    with pytest.raises(InvalidBookieIdError, match="is not host:port") as info:
+        split_bookie_id(bad)
+    assert isinstance(info.value, MetadataError) and isinstance(info.value, ValueError)
+

@@ -15,7 +15,8 @@ from bkfast.errors import (
 )
 from bkfast.ids import LedgerId
 from bkfast.meta import bookie_service_info, init_new_cluster
-from bkfast.meta.driver import Versioned, open_metadata_driver
+from bkfast.meta.driver import Versioned
+from bkfast.meta.factory import open_metadata_driver
 from bkfast.meta.ledger_metadata import LedgerMetadata, LedgerState
 
 from .reactor_thread import call

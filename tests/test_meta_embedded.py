@@ -12,8 +12,8 @@ from twisted.internet import defer
 from bkfast.errors import BKMetaStoreException, BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
 from bkfast.meta import MetadataError, bookie_service_info
-from bkfast.meta.driver import open_metadata_driver
 from bkfast.meta.embedded import EmbeddedMetadataDriver, open_stores
+from bkfast.meta.factory import open_metadata_driver
 from bkfast.meta.ledger_metadata import LedgerMetadataFormatError, LedgerState, parse_metadata
 
 from .reactor_thread import call

@@ -35,6 +35,8 @@ def test_sandbox_demo_embedded(tmp_path):
     assert "demo: wrote 3000 entries" in out and "byte-identical" in out
     assert "closed at entry 2999" in out
     assert "fenced, as it must be" in out and "demo: done" in out
+    # The fencing the demo sets out to show is the expected outcome: no WARNING line for it.
+    assert "WARNING" not in out + proc.stderr, [line for line in (out + proc.stderr).splitlines() if "WARNING" in line]
     info = json.loads((data_dir / "sandbox.json").read_text())
     assert info["metadata_uri"].startswith("embedded://")
     assert len(info["bookies"]) == 3 and all(b.startswith("127.0.0.1:") for b in info["bookies"])
@@ -80,3 +82,51 @@ def test_sandbox_with_zookeeper_serves_other_processes(tmp_path):
     assert proc.returncode == 0
     for pid in [*info["pids"].values(), info["zookeeper_pid"]]:
         assert not pid_alive(pid)
+    # Restarted on the same data dir: the same ZooKeeper port, so the same metadata URI for every client.
+    first_pid = info["zookeeper_pid"]
+    again = subprocess.Popen([sys.executable, "-m", "bkfast.cli.main", "sandbox", "--zk", "--data-dir", str(data_dir)],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # sandbox.json is rewritten once the restarted cluster is up
+            second = _wait_file(data_dir / "sandbox.json", again)
+            if second.get("zookeeper_pid") != first_pid:
+                break
+            assert time.monotonic() < deadline, "the restarted sandbox never came up"
+            time.sleep(0.3)
+        assert second["metadata_uri"] == info["metadata_uri"] and second["bookies"] == info["bookies"]
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.wait(60)
+
+
+def test_embedded_uri_used_from_a_second_process_says_to_use_zk(tmp_path):
+    """Embedded metadata serves one process: a second one gets a sentence naming --zk, not a RocksDB LOCK."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from bkfast.meta.factory import open_metadata_driver\n"
+         "from bkfast.reactor import call, start_reactor_thread\n"
+         "start_reactor_thread()\n"
+         f"d = open_metadata_driver('embedded://{tmp_path}/meta')\n"
+         "call(d.start, timeout=30)\n"
+         "print('open', flush=True)\n"
+         "time.sleep(60)\n"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        second = subprocess.run(
+            [sys.executable, "-c",
+             "from bkfast.meta.factory import open_metadata_driver\n"
+             "from bkfast.reactor import call, start_reactor_thread\n"
+             "start_reactor_thread()\n"
+             f"d = open_metadata_driver('embedded://{tmp_path}/meta')\n"
+             "try:\n"
+             "    call(d.start, timeout=30)\n"
+             "except Exception as e:\n"
+             "    print(e)\n"],
+            cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert "in use by another process" in second.stdout and "--zk" in second.stdout, second.stdout + second.stderr
+    finally:
+        holder.kill()
+        holder.wait(10)

@@ -20,6 +20,7 @@ the network server passes a dispatcher that does ONE reactor.callFromThread per 
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journals import JournalSet
+from bkfast.bookie.lac import LacTracker, LacWaiter
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import (
@@ -36,10 +38,12 @@ from bkfast.errors import (
     BKError,
     BKIllegalOpException,
     BKLedgerFencedException,
+    BKNoSuchEntryException,
     BKNoSuchLedgerExistsException,
     BKTimeoutException,
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
+    StorageBusyError,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 Callback = Callable[[BaseException | None], None]
 
 CURRENT_DIR = "current"
+_LONG = struct.Struct(">q")
 SYNC_WAIT_SECONDS = 30.0
 
 
@@ -89,6 +94,7 @@ class Bookie:
         from bkfast.bookie.storage_factory import open_ledger_storage
 
         self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs)
+        self._read_cached = getattr(self.storage, "get_entry_cached", None) or _no_cached_entry
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
         self._ledger_lock = threading.Lock()
         # (scope, ledger) -> callbacks of fencing requests waiting for a fence record to be durable
@@ -102,7 +108,9 @@ class Bookie:
         # Read-only bookie: adds are refused with EREADONLY unless high priority (recovery), as Java does
         # with high-priority writes allowed. Read-only while any reason holds: "forced"
         # (forceReadOnlyBookie), "admin" (the `read_only` setter), "disk-full" (disk checker), "enospc"
-        # (a write failed for lack of space), "journal-enospc" (the journal stopped: until restart).
+        # (a write failed for lack of space), "journal-enospc" (a journal stopped: until the disk
+        # checker sees room and every stopped journal recovers in a new file),
+        # "storage-full" (the ledger disk was full at start: see bkfast.bookie.storage_full).
         self._state_lock = threading.Lock()
         self._read_only_reasons: set[str] = {"forced"} if conf.get("forceReadOnlyBookie") else set()
         self._state_listeners: list[Callable[[bool], None]] = []
@@ -111,19 +119,29 @@ class Bookie:
         self.gc = GarbageCollector(self.storage, conf, ledger_exists_source)
         self.disk_checker = DiskChecker(
             [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
+        from bkfast.bookie.storage_full import StorageFullState
+
+        self.storage_full = StorageFullState(self)
         if hasattr(self.storage, "set_error_listener"):
             self.storage.set_error_listener(self._note_io_error)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
         self.metrics = None
+        # Per ledger: known LAC and long-poll waiters (reactor thread; see bkfast.bookie.lac).
+        self.lac = LacTracker()
+        self._room_listener: Callable[[], None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        """Replay every journal from its lastMark into ledger storage, then open new journals and serve."""
-        self.journals.replay(self._replay_record, skip_invalid=self.conf.get("skipInvalidJournalRecord"))
+        """Replay every journal from its lastMark into ledger storage, then open new journals and serve.
+
+        A full ledger disk does not stop the start (see bkfast.bookie.storage_full): replay stops where
+        ledger storage takes no more, and the bookie serves read-only until the disk has room again."""
+        self.storage_full.replay(self.journals.read_marks())
         log.info("bookie replayed %d journal records", self.replayed_records)
         self.journals.start()
+        self.storage_full.journal_started([journal.last_log_mark.journal_id for journal in self.journals])
         # Everything replayed is now in ledger storage; checkpointing it makes the next start fast.
-        self.checkpoint()
+        self.storage_full.checkpoint_after_start()
         self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, name="bookie-sync", daemon=True)
         self._checkpoint_thread.start()
         self.disk_checker.check()
@@ -142,8 +160,19 @@ class Bookie:
         if self._checkpoint_thread is not None:
             self._checkpoint_thread.join()
         self.journals.stop()
-        self.checkpoint()
-        self.storage.close()
+        try:
+            self.checkpoint()
+        except Exception as error:
+            if not is_no_space(error):
+                raise
+            log.error("final checkpoint failed, the ledger disk is full (%s); lastMark stays, so the next "
+                      "start replays from the journal what ledger storage could not take", error)
+        try:
+            self.storage.close()
+        except Exception as error:
+            if not is_no_space(error):
+                raise
+            log.error("closing ledger storage on a full disk: %s (the journal covers it)", error)
         log.info("bookie stopped cleanly")
 
     def __enter__(self) -> Bookie:
@@ -166,7 +195,9 @@ class Bookie:
     def _on_journal_error(self, tokens: list, error: BaseException) -> None:
         log.error("journal write failed for %d requests: %s", len(tokens), error)
         if is_no_space(error):
-            # The journal is fail-stop: no add can be durable again until a restart.
+            # A journal is fail-stop: none of its adds can be durable until the disk checker sees room
+            # again and it recovers in a new file (_recover_journal). The whole bookie turns read-only.
+            self.disk_checker.full = True
             self._set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
         failure = BKBookieIOException(f"journal write failed: {error}")
         self._dispatcher(_run_batch, [(callback, failure) for callback in tokens if callback is not None])
@@ -208,6 +239,8 @@ class Bookie:
                 if not recovery and self.storage.is_fenced(ledger_id, scope_id):
                     raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                 self.storage.add_entry(entry)
+            if (scope_id, ledger_id) in self.lac:
+                self.lac.advance(scope_id, ledger_id, entry_lac(entry))
             self.journals.for_ledger(ledger_id).log_record(entry, callback, ack_before_sync=ack_before_sync)
         except BKError as error:
             self._fail(callback, error)
@@ -237,6 +270,13 @@ class Bookie:
         # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
         # for the batch only: the ledger lock is held throughout, so no fence can come in between.
         admitted: dict = {}
+        if self._room_listener is not None and not self.journals.room_for(adds):
+            # Never wait for a journal queue on the caller's (the reactor's) thread: the server holds
+            # these adds and offers them again when the journal announces room (room_for asked it to).
+            busy = StorageBusyError("journal queue full")
+            return [(i, busy) for i in range(len(adds))]
+        tracked = self.lac.tracked
+        lacs: dict = {}
         with self._ledger_lock:
             for i, (entry, master_key, recovery, high_priority) in enumerate(adds):
                 try:
@@ -255,6 +295,13 @@ class Bookie:
                                 raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                             admitted[lkey] = master_key
                     store(entry)
+                    if lkey in tracked:
+                        lacs[lkey] = max(lacs.get(lkey, -1), entry_lac(entry))
+                except StorageBusyError as error:
+                    # The write cache is full: this add and every later one of the batch wait (in order)
+                    # for the room the flush makes; nothing of them is stored or journaled.
+                    failures.extend((j, error) for j in range(i, len(adds)))
+                    break
                 except BKError as error:
                     failures.append((i, error))
                     continue
@@ -267,9 +314,14 @@ class Bookie:
                 accepted.append(i)
                 if which is not None:
                     which.append(ledger_id % n_journals)
+        if lacs:
+            advance = self.lac.advance
+            for (scope_id, ledger_id), lac in lacs.items():
+                advance(scope_id, ledger_id, lac)
         if metrics is not None:
             for _, error in failures:
-                metrics.add_failed(error)
+                if not isinstance(error, StorageBusyError):
+                    metrics.add_failed(error)
         if not records:
             return failures
         # [the accepted list callback gets (None: all), positions a journal refused (several journals)]
@@ -346,6 +398,8 @@ class Bookie:
             with self._ledger_lock:
                 self._admit(scope_id, ledger_id, master_key)
                 self.storage.set_explicit_lac(ledger_id, bytes(lac_buffer), scope_id)
+            if (scope_id, ledger_id) in self.lac:
+                self.lac.advance(scope_id, ledger_id, lac_of_buffer(lac_buffer))
             self.journals.for_ledger(ledger_id).log_record(
                 journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback)
         except BKError as error:
@@ -364,18 +418,80 @@ class Bookie:
         """The stored entry (entry -1: the highest one). Raises BKNoSuchLedgerExists / BKNoSuchEntry."""
         metrics = self.metrics
         if metrics is None:
-            return self.storage.get_entry(ledger_id, entry_id, scope_id)
+            try:
+                return self.storage.get_entry(ledger_id, entry_id, scope_id)
+            except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
+                self.storage_full.check_missing(error)
+                raise
         t0 = time.perf_counter()
         try:
             data = self.storage.get_entry(ledger_id, entry_id, scope_id)
         except BaseException as error:
+            if isinstance(error, (BKNoSuchLedgerExistsException, BKNoSuchEntryException)):
+                try:
+                    self.storage_full.check_missing(error)
+                except BKBookieIOException as io_error:
+                    error = io_error
             metrics.read_failed(error)
-            raise
+            raise error
         metrics.read_ok(time.perf_counter() - t0)
         return data
 
+    def read_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry if ledger storage holds it in memory (write cache, read-ahead cache), else None:
+        never touches the disk, so the reactor may call it (a miss goes to the server's read pool)."""
+        return self._read_cached(ledger_id, entry_id, scope_id)
+
+    def count_reads_from_memory(self, n: int, seconds: float) -> None:
+        """The server answered n reads from memory (read_entry_cached) in `seconds`: for the metrics."""
+        if self.metrics is not None and n:
+            self.metrics.reads_from_memory(n, seconds)
+
     def read_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
-        return self.storage.get_last_add_confirmed(ledger_id, scope_id)
+        try:
+            return self.storage.get_last_add_confirmed(ledger_id, scope_id)
+        except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
+            self.storage_full.check_missing(error)
+            raise
+
+    # --- LAC for readers (long poll, maxLAC) ----------------------------------------------------------
+    def known_lac(self, scope_id: int, ledger_id: int) -> int:
+        """max(LAC of the last stored entry, explicit LAC), tracked from the first ask on (one dictionary
+        lookup per read after that). Raises BKNoSuchLedgerExistsException."""
+        return self.lac.known(scope_id, ledger_id, lambda: self._load_lac(scope_id, ledger_id))
+
+    def _load_lac(self, scope_id: int, ledger_id: int) -> int:
+        lac = -1
+        try:
+            lac = self.storage.get_last_add_confirmed(ledger_id, scope_id)
+        except BKNoSuchEntryException:
+            pass
+        explicit = self.get_explicit_lac(ledger_id, scope_id)
+        if explicit:
+            lac = max(lac, lac_of_buffer(explicit))
+        return lac
+
+    def lac_update_time(self, scope_id: int, ledger_id: int) -> int:
+        return self.lac.update_time_ms(scope_id, ledger_id)
+
+    def watch_lac(self, scope_id: int, ledger_id: int, previous_lac: int, callback) -> LacWaiter:
+        """callback() once the known LAC passes previous_lac (call known_lac first)."""
+        waiter = LacWaiter(previous_lac, callback)
+        self.lac.watch(scope_id, ledger_id, waiter)
+        return waiter
+
+    def unwatch_lac(self, scope_id: int, ledger_id: int, waiter: LacWaiter) -> None:
+        self.lac.unwatch(scope_id, ledger_id, waiter)
+
+    # --- room for adds (the reactor never waits) --------------------------------------------------------
+    def set_room_listener(self, listener: Callable[[], None]) -> None:
+        """Switch to non-waiting adds: when the write cache or the journal queue is full, add_entries
+        refuses the adds at once with StorageBusyError (not stored, not journaled) instead of waiting, and
+        `listener()` is called (from the flush or journal thread) once room may be back."""
+        self._room_listener = listener
+        if hasattr(self.storage, "set_room_listener"):
+            self.storage.set_room_listener(listener)
+        self.journals.room_listener = listener
 
     def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
         return self.storage.ledger_exists(ledger_id, scope_id)
@@ -390,6 +506,7 @@ class Bookie:
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         self.storage.delete_ledger(ledger_id, scope_id)
+        self.lac.drop(scope_id, ledger_id)
         log.info("deleted ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
 
     # --- read-only state, disks, garbage collection -----------------------------------------------------
@@ -440,6 +557,8 @@ class Bookie:
 
     def _on_disk_state(self, full: bool, detail: str) -> None:
         if not full:
+            if not self.storage_full.recover(detail) or not self._recover_journal(detail):
+                return                   # still cannot write: the checker reports again at its next check
             self._set_read_only_reason("enospc", False, detail)
             self._set_read_only_reason("disk-full", False, detail)
             return
@@ -447,6 +566,20 @@ class Bookie:
             self._set_read_only_reason("disk-full", True, detail)
             return
         self._shutdown(f"disks full and readOnlyModeEnabled=false: {detail}")
+
+    def _recover_journal(self, detail: str) -> bool:
+        """The disks have room: every journal stopped by ENOSPC continues in a new file. False: one still
+        fails (those recovered stay recovered; the next disk check retries the rest)."""
+        if "journal-enospc" not in self._read_only_reasons:
+            return True
+        try:
+            self.journals.recover()
+        except Exception as error:  # noqa: BLE001 - still no room: read-only until the next disk check
+            log.warning("the journal disk has room (%s) but a journal cannot start a new file: %s", detail, error)
+            self.disk_checker.full = True
+            return False
+        self._set_read_only_reason("journal-enospc", False, detail)
+        return True
 
     def _note_io_error(self, error: BaseException) -> None:
         """A write failed: on ENOSPC/EDQUOT turn read-only now; the disk checker turns writable again
@@ -514,7 +647,12 @@ class Bookie:
     # --- checkpoint and replay ---------------------------------------------------------------------
     def checkpoint(self) -> tuple[int, int]:
         """Mark every journal, flush ledger storage, persist each journal's lastMark in every ledger dir,
-        trim old journals. Returns the first journal's mark ((0, 0) before start)."""
+        trim old journals. Returns the first journal's mark ((0, 0) before start).
+
+        Nothing while a journal is not fully replayed (a full ledger disk at start): no lastMark may pass
+        records that are not in ledger storage yet."""
+        if self.storage_full.replay_pending:
+            return (0, 0)
         with self._checkpoint_lock:
             # The marks are taken first: every record before a journal's mark is already in ledger
             # storage's memory (storage is written before the journal), so the flush below covers all of
@@ -528,6 +666,8 @@ class Bookie:
 
     def _checkpoint_loop(self) -> None:
         while not self._stop_checkpointing.wait(self._flush_interval_s):
+            if self.storage_full.active:
+                continue                 # the disk checker's recovery checkpoints once there is room
             try:
                 self.checkpoint()
             except Exception as error:
@@ -549,6 +689,22 @@ class Bookie:
         else:
             return
         self.replayed_records += 1
+
+
+def entry_lac(entry: bytes) -> int:
+    """The LAC a writer piggy-backed on an entry (offset 16; 25 in the scoped layout)."""
+    return _LONG.unpack_from(entry, 25 if entry[0] & 0x80 else 16)[0]
+
+
+def lac_of_buffer(buf) -> int:
+    """The LAC inside an explicit-LAC buffer (spec §3.5; scoped layout when the top bit is set)."""
+    if buf and buf[0] & 0x80:
+        return _LONG.unpack_from(buf, 17)[0] if len(buf) >= 25 else -1
+    return _LONG.unpack_from(buf, 8)[0] if len(buf) >= 16 else -1
+
+
+def _no_cached_entry(ledger_id: int, entry_id: int, scope_id: int = 0) -> None:
+    return None
 
 
 def _noop(error: BaseException | None) -> None:

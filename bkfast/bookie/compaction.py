@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from bkfast.bookie.entrylogger import EntryLogger, log_file_name
+from bkfast.storage.entrylogger import EntryLogger, log_file_name
 
 __all__ = ["CompactionStats", "Compactor", "Throttle", "log_size"]
 

@@ -33,8 +33,10 @@ import threading
 import time
 
 from bkfast.bookie.compaction import CompactionStats, Compactor, log_size
-from bkfast.bookie.entrylogger import LOGFILE_HEADER_SIZE, EntryLogger
+from bkfast.errors import ReactorTimeoutError
 from bkfast.ids import LedgerId
+from bkfast.reactor import call as reactor_call
+from bkfast.storage.entrylogger import LOGFILE_HEADER_SIZE, EntryLogger
 
 __all__ = ["GarbageCollector", "LogUsage"]
 
@@ -90,38 +92,11 @@ def _ask_source(source, ledgers: list[LedgerId], timeout: float) -> set[tuple[in
     A MetadataDriver returns a Deferred and must be called in the reactor thread: when a reactor runs
     in another thread the call is made there and waited for. A plain object may answer directly.
     """
-    from twisted.internet import reactor
-    from twisted.internet.defer import Deferred
-    from twisted.python.failure import Failure
-    from twisted.python.threadable import isInIOThread
-
-    done = threading.Event()
-    outcome: list = []
-
-    def finish(result):
-        outcome.append(result)
-        done.set()
-
-    def call():
-        try:
-            result = source.ledgers_exist(ledgers)
-        except BaseException as e:  # noqa: BLE001 - reported to the GC thread below
-            finish(e)
-            return
-        if isinstance(result, Deferred):
-            result.addBoth(lambda r: finish(r.value if isinstance(r, Failure) else r))
-        else:
-            finish(result)
-
-    if reactor.running and not isInIOThread():
-        reactor.callFromThread(call)
-    else:
-        call()
-    if not done.wait(timeout):
-        raise TimeoutError(f"metadata source did not answer ledgers_exist for {len(ledgers)} ledgers in {timeout} s")
-    result = outcome[0]
-    if isinstance(result, BaseException):
-        raise result
+    try:
+        result = reactor_call(source.ledgers_exist, ledgers, timeout=timeout)
+    except ReactorTimeoutError as err:
+        raise ReactorTimeoutError(f"metadata source did not answer ledgers_exist for {len(ledgers)} ledgers: "
+                                  f"{err}") from None
     return {(x.scope_id, x.ledger_id) if isinstance(x, LedgerId) else (0, int(x)) for x in result}
 
 
@@ -138,6 +113,9 @@ class GarbageCollector:
         self._state_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._forced = {"major": False, "minor": False}
+        # Java's suspendMajorGC / suspendMinorGC (the admin API's gc/suspend_compaction): a suspended kind
+        # does not run, even when forced; garbage collection of deleted ledgers goes on.
+        self.suspended = {"major": False, "minor": False}
         self.compactor = Compactor(storage, conf, self._stop)
         self._usage: dict[tuple[int, int], LogUsage] = {}
         now = time.monotonic()
@@ -174,6 +152,17 @@ class GarbageCollector:
         self._forced["major"] |= force_major
         self._forced["minor"] |= force_minor
         self._wake.set()
+
+    def suspend(self, major: bool = False, minor: bool = False) -> None:
+        """Stop starting major and/or minor compactions until `resume` (a running one finishes)."""
+        self.suspended["major"] |= major
+        self.suspended["minor"] |= minor
+
+    def resume(self, major: bool = False, minor: bool = False) -> None:
+        if major:
+            self.suspended["major"] = False
+        if minor:
+            self.suspended["minor"] = False
 
     def _loop(self) -> None:
         interval_s = max(1, int(self.conf.get("gcWaitTime"))) / 1000.0
@@ -273,6 +262,10 @@ class GarbageCollector:
         now = time.monotonic()
         major_on = get("majorCompactionInterval") > 0 and get("majorCompactionThreshold") > 0
         minor_on = get("minorCompactionInterval") > 0 and get("minorCompactionThreshold") > 0
+        if self.suspended["major"]:
+            major_on = force_major = False
+        if self.suspended["minor"]:
+            minor_on = force_minor = False
         if force_major or (major_on and now - self._last_major >= get("majorCompactionInterval")):
             kind = "major"
         elif force_minor or (minor_on and now - self._last_minor >= get("minorCompactionInterval")):

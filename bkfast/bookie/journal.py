@@ -23,6 +23,10 @@ Errors are fail-stop, as in Java (an IOException ends the journal thread): the f
 `error_sink(tokens, exc)`, everything still queued to one more call, one line is logged and new records
 are refused. Retrying is unsafe: after a failed fdatasync Linux may drop the dirty pages, so a later
 "successful" sync proves nothing. What the failed batch left on disk reads back as a torn tail.
+`recover()` (the bookie calls it once the journal disk has room again) never writes that file again: it
+cuts it at its last durable position, opens a new file, writes there first the records of the failed
+batch and of the queue (their requests failed, but their state is in ledger storage already, so the
+journal must hold them too: a master key above all), then serves. Replay reads each record once.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts li
     parse_record,
 )
 from bkfast.bookie.logmark import LogMark, fsync_dir, read_last_mark, write_last_mark  # noqa: F401
-from bkfast.errors import BKBookieIOException, BKTooManyRequestsException, JournalCorruptionError
+from bkfast.errors import BKBookieIOException, BKTooManyRequestsException, JournalCorruptionError, ReplayInterrupted
 from bkfast.ids import validate_ledger_id, validate_scope_id
 
 log = logging.getLogger(__name__)
@@ -229,14 +233,18 @@ def scan_journal(journal_dir, journal_id: int, start_offset: int = 0, skip_inval
 
 
 def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
-           max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> LogMark:
+           max_record_size: int = DEFAULT_MAX_RECORD_SIZE, before_journal_id: int | None = None,
+           interruptible: bool = False) -> LogMark:
     """Call `visitor(record)` for every record after `mark`, in order; return the position reached.
 
-    Journals with id >= mark.journal_id are read: the marked one from mark.offset, later ones from their
-    header end. A mark naming a journal that no longer exists is an error, as in Java.
+    Journals with id >= mark.journal_id are read (and < before_journal_id when given): the marked one
+    from mark.offset, later ones from their header end. A mark naming a journal that no longer exists is
+    an error, as in Java. With `interruptible`, an exception of the visitor becomes ReplayInterrupted
+    carrying the mark to resume from (the record it failed on is replayed again then, nothing before it).
     """
     mark = LogMark(*mark)
-    ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id]
+    ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id
+           and (before_journal_id is None or i < before_journal_id)]
     if mark.journal_id > 0 and (not ids or ids[0] != mark.journal_id):
         path = journal_path(journal_dir, mark.journal_id)
         raise JournalCorruptionError(f"journal {path} named by lastMark {tuple(mark)} is missing",
@@ -246,7 +254,14 @@ def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: 
         start = mark.offset if journal_id == mark.journal_id else 0
         log.info("replaying journal %x from offset %d", journal_id, start)
         for offset, record in scan_journal(journal_dir, journal_id, start, skip_invalid, max_record_size):
-            visitor(record)
+            try:
+                visitor(record)
+            except Exception as err:
+                if not interruptible:
+                    raise
+                # resume at the start of this record: the end of the previous one, or where this file began
+                resume = reached if reached.journal_id == journal_id else LogMark(journal_id, start)
+                raise ReplayInterrupted(resume, err) from err
             reached = LogMark(journal_id, offset)
     return reached
 
@@ -301,11 +316,16 @@ class Journal:
         # The pending batch: records (None = force marker), tokens, indices of ack-before-sync records
         # and of force markers, its bytes (with length fields), and its oldest record's enqueue time.
         self._recs, self._toks, self._early, self._forces = [], [], [], []
+        # The bookie server's non-waiting adds: called (journal thread) when a batch is taken after want_room().
+        self.room_listener = None
+        self._room_wanted = False
         self._bytes, self._first_t = 0, 0.0
         self._consumer_waiting, self._producers_waiting = False, 0
         self._state, self._failure, self._thread = _NEW, None, None
 
         self._journal_id: int | None = None
+        self._failed_recs: list = []    # records of the failed batch and queue, for recover()
+        self._cut: LogMark | None = None    # where the failed batch began (None: cut at the durable mark)
         self._fd, self._writer = -1, None
         self._mark, self._last_sync_t = LogMark(0, 0), 0.0
         self.batch_count = 0     # batches written (one write call each)
@@ -436,6 +456,50 @@ class Journal:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
+    def recover(self) -> None:
+        """After a fail-stop: continue in a new journal file (see the module docstring). Raises OSError
+        when the new file cannot be made (still no room): the journal stays failed, call again later."""
+        with self._lock:
+            if self._state == _RUNNING:
+                return
+            if self._state != _FAILED:
+                raise RuntimeError(f"journal {self.journal_dir} is {self._state}, not failed")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._cut_at_mark()
+        self._open_new_file()
+        with self._lock:
+            recs, self._failed_recs, self._cut = self._failed_recs, [], None
+            self._recs, self._toks, self._early, self._forces = recs, [None] * len(recs), [], []
+            self._bytes = sum(4 + len(r) for r in recs)
+            self._first_t = self._last_sync_t = time.monotonic()
+            self._mark = LogMark(self._journal_id, self._writer.position)
+            self._failure = None
+            self._state = _RUNNING
+        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{self._journal_id:x}",
+                                        daemon=True)
+        self._thread.start()
+        log.warning("journal %s recovered: writing %s, where the %d records of the failed batch and queue "
+                    "are journaled again first", self.journal_dir, os.path.basename(journal_path(
+                        self.journal_dir, self._journal_id)), len(recs))
+
+    def _cut_at_mark(self) -> None:
+        """Truncate the failed file where the failed batch began (or, failing elsewhere, at the durable
+        mark): what follows is journaled again, or was never durably written."""
+        mark = self._cut or self._mark
+        if not mark.journal_id:
+            return
+        try:
+            fd = os.open(journal_path(self.journal_dir, mark.journal_id), os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            if os.fstat(fd).st_size > mark.offset:
+                os.ftruncate(fd, mark.offset)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def gc_journals(self, mark) -> list[int]:
         """Delete journals older than `mark`'s beyond the newest journalMaxBackups of them; return their ids."""
         mark = LogMark(*mark)
@@ -497,7 +561,22 @@ class Journal:
             self._bytes = 0
             if self._producers_waiting:
                 self._space.notify_all()
-            return batch
+            room_wanted, self._room_wanted = self._room_wanted, False
+        if room_wanted and self.room_listener is not None:
+            self.room_listener()
+        return batch
+
+    def has_room(self, records: int) -> bool:
+        """Whether `records` more records fit the queue now (an empty queue takes any number). Only
+        meaningful to the one thread that enqueues (the reactor): the journal thread only empties it."""
+        queued = len(self._recs)
+        return queued == 0 or queued + records <= self._queue_size
+
+    def want_room(self) -> None:
+        """Call room_listener() once the journal thread takes the queued batch (so room is back)."""
+        with self._lock:
+            self._room_wanted = True
+            self._wakeup.notify()
 
     def _run(self) -> None:
         _journal.set_thread_timer_slack(JOURNAL_TIMER_SLACK_NS)
@@ -546,6 +625,8 @@ class Journal:
             else:
                 writer.write(recs, sync)
         except OSError as err:
+            self._failed_recs = [r for r in recs if r is not None]      # recover() journals them again
+            self._cut = LogMark(self._journal_id, start)                # ... and cuts the file here
             self._fail(err, late_toks if acked_early else toks, f"batch at offset {start}")
         self.batch_count += 1
         self.records_written += len(recs) - len(forces)
@@ -608,6 +689,10 @@ class Journal:
             fsync_dir(self.current_dir)   # and the name: fdatasync of the file does not cover it
         except BaseException:
             os.close(fd)
+            try:
+                os.unlink(path)         # never used: a full disk must not leave a trail of stub journals
+            except OSError:
+                pass
             raise
         self._fd, self._writer, self._journal_id = fd, writer, journal_id
         log.info("opened journal %s (format V%d, %s writes)", path, self._version,
@@ -637,6 +722,7 @@ class Journal:
         with self._lock:
             self._failure = exc
             self._state = _FAILED
+            self._failed_recs.extend(r for r in self._recs if r is not None)
             rest = self._toks
             self._recs, self._toks, self._early, self._forces = [], [], [], []
             self._bytes = 0

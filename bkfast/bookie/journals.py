@@ -3,8 +3,10 @@
 Owns: the ledger -> journal rule (Java 4.16's `BookieImpl.getJournal`: journal number `ledgerId mod
 count`, in the order of journalDirectories; a scoped 128-bit ledger uses its 64-bit ledger id alone), the
 per-journal lastMark files (`lastMark` with one journal, `lastMark.<index>` with several, in every ledger
-dir), replaying every journal from its own mark, the marks a checkpoint persists, and splitting one batch
-of records over the journals with one completion for all of it.
+dir), replaying every journal from its own mark (and resuming where a replay stopped: see
+bookie/storage_full.py), the marks a checkpoint persists, splitting one batch of records over the
+journals with one completion for all of it, queue room for the non-waiting adds (the room listener is set
+on every journal) and the recovery of every journal a full disk stopped.
 
 Every record of a ledger (master key, entries, fence, explicit LAC, force) goes to the same journal, so
 one journal's order is the ledger's order and replaying the journals one after another is correct.
@@ -24,6 +26,7 @@ from bkfast.bookie import journal as journal_mod
 from bkfast.bookie import logmark
 from bkfast.bookie.journal import Journal
 from bkfast.bookie.logmark import LogMark
+from bkfast.codec import peek_entry_ids
 from bkfast.errors import BKError, ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -100,13 +103,26 @@ class JournalSet:
     def read_marks(self) -> list[LogMark]:
         return [logmark.read_last_mark(self.ledger_dirs, self._mark_index(i)) for i in range(self.count)]
 
-    def replay(self, visitor: Callable[[bytes], object], skip_invalid: bool = False) -> list[LogMark]:
-        """Replay every journal from its own mark, one after another; return the positions reached."""
-        reached = []
-        for i, (journal_dir, mark) in enumerate(zip(self.journal_dirs, self.read_marks(), strict=True)):
-            log.info("bookie replaying journal %d (%s) from mark %s", i, journal_dir, tuple(mark))
-            reached.append(journal_mod.replay(journal_dir, mark, visitor, skip_invalid=skip_invalid))
-        return reached
+    def replay(self, pending: dict[int, LogMark], visitor: Callable[[bytes], object], skip_invalid: bool = False,
+               before_journal_ids: list[int] | None = None) -> None:
+        """Replay journal i from `pending[i]` for every i in `pending`, in index order, removing each one
+        once it is fully replayed (journal files from `before_journal_ids[i]` on are left out, if given).
+
+        A visitor failure stops it: `pending[i]` of the journal being replayed becomes the position to
+        resume from (that record again, nothing before it), later journals keep their marks, and
+        ReplayInterrupted (its cause the visitor's exception) propagates. Calling again resumes.
+        """
+        for i in sorted(pending):
+            journal_dir = self.journal_dirs[i]
+            log.info("bookie replaying journal %d (%s) from mark %s", i, journal_dir, tuple(pending[i]))
+            try:
+                journal_mod.replay(journal_dir, pending[i], visitor, skip_invalid=skip_invalid,
+                                   before_journal_id=None if before_journal_ids is None else before_journal_ids[i],
+                                   interruptible=True)
+            except journal_mod.ReplayInterrupted as stop:
+                pending[i] = stop.mark
+                raise
+            del pending[i]
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,6 +134,47 @@ class JournalSet:
         """Stop every journal (each writes and syncs what it has queued). Idempotent."""
         for journal in self.journals:
             journal.stop()
+
+    def recover(self) -> None:
+        """Every journal stopped by a write error continues in a new file (Journal.recover; a running one
+        is left alone). OSError when one still cannot: those recovered before it stay recovered."""
+        for journal in self.journals:
+            journal.recover()
+
+    # --- room for adds (the reactor never waits) ------------------------------------------------------
+    @property
+    def room_listener(self):
+        return self.journals[0].room_listener
+
+    @room_listener.setter
+    def room_listener(self, listener) -> None:
+        """Called (from a journal thread) once a journal that was asked for room took its queued batch."""
+        for journal in self.journals:
+            journal.room_listener = listener
+
+    def room_for(self, adds: list) -> bool:
+        """Whether every journal the adds (`(entry, ...)` tuples) go to has queue room for its share. When
+        one has not, it is asked to call room_listener once it has (want_room) and False is returned."""
+        if self.count == 1:
+            journal = self.journals[0]
+            if journal.has_room(len(adds)):
+                return True
+            journal.want_room()
+            return False
+        shares = [0] * self.count
+        count = self.count
+        for add in adds:
+            try:
+                ledger_id = peek_entry_ids(add[0])[2]
+            except Exception:  # noqa: BLE001 - a malformed entry is refused by the add itself, not here
+                continue
+            shares[ledger_id % count] += 1
+        room = True
+        for journal, share in zip(self.journals, shares, strict=True):
+            if share and not journal.has_room(share):
+                journal.want_room()
+                room = False
+        return room
 
     # --- checkpoint -------------------------------------------------------------------------------
     def marks(self) -> list[LogMark] | None:

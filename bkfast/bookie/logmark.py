@@ -15,6 +15,7 @@ import struct
 from typing import NamedTuple
 
 from bkfast.errors import ConfigurationError
+from bkfast.storage.files import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,6 @@ class LogMark(NamedTuple):
 
     journal_id: int
     offset: int
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 LAST_MARK = "lastMark"

@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from bkfast.errors import ZooKeeperServerError
+
 __all__ = [
     "ZooKeeperServer",
     "ZooKeeperServerError",
@@ -45,10 +47,6 @@ __all__ = [
 JAVA_DIR = Path("/usr/share/java")
 INSTALL_HINT = "run `make test`, which installs Debian's zookeeper package (scripts/install-system-deps.sh)"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-
-
-class ZooKeeperServerError(RuntimeError):
-    """The server could not be located, started or stopped."""
 
 
 def find_classpath(java_dir: Path | str = JAVA_DIR) -> str:

@@ -52,12 +52,36 @@ class Sandbox:
         self.bookies: list[LocalBookie] = []
         self.metadata_uri = ""
 
-    def _previous_ports(self) -> list[int]:
+    def _previous(self) -> dict:
         try:
             previous = json.loads((self.data_dir / SANDBOX_FILE).read_text())
-            return [int(b.rsplit(":", 1)[1]) for b in previous.get("bookies", [])]
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
+            return {}
+        return previous if isinstance(previous, dict) else {}
+
+    def _previous_ports(self) -> list[int]:
+        try:
+            return [int(b.rsplit(":", 1)[1]) for b in self._previous().get("bookies", [])]
+        except (ValueError, IndexError, AttributeError):
             return []
+
+    def _previous_zk_port(self) -> int | None:
+        """The ZooKeeper port of the last run on this data dir, if it is free again: the metadata URI (and so
+        every client's configuration) stays the same across restarts."""
+        port = self._previous().get("zookeeper_port")
+        if not isinstance(port, int):
+            return None
+        import socket
+
+        with socket.socket() as s:
+            # As ZooKeeper binds (SO_REUSEADDR): the last run's connections in TIME_WAIT do not count.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                log.warning("ZooKeeper port %d of the previous run is taken; using another one", port)
+                return None
+        return port
 
     def _init_zk(self, connect: str) -> str:
         from kazoo.client import KazooClient
@@ -75,23 +99,23 @@ class Sandbox:
         return f"zk+hierarchical://{connect}/ledgers"
 
     def start(self) -> None:
-        from bkfast.client.blocking import _ensure_reactor_thread, _wait
-        from bkfast.meta.driver import open_metadata_driver
+        from bkfast.meta.factory import open_metadata_driver
+        from bkfast.reactor import call, start_reactor_thread
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.start_zk:
             from .local_zookeeper import ZooKeeperServer
 
-            self.zk_server = ZooKeeperServer(self.data_dir / "zookeeper").start()
+            self.zk_server = ZooKeeperServer(self.data_dir / "zookeeper", port=self._previous_zk_port()).start()
             self.metadata_uri = self._init_zk(self.zk_server.connect_string)
         elif self.zk_connect:
             self.metadata_uri = self._init_zk(self.zk_connect)
         else:
             self.metadata_uri = f"embedded://{(self.data_dir / 'metadata').resolve()}"
         zk_uri = self.metadata_uri if self.metadata_uri.startswith("zk") else None
-        _ensure_reactor_thread()
+        start_reactor_thread()
         self.driver = open_metadata_driver(self.metadata_uri)
-        _wait(60, self.driver.start)
+        call(self.driver.start, timeout=60)
 
         ports = self._previous_ports()
         self.bookies = [LocalBookie(self.data_dir / f"bookie-{index}",
@@ -104,10 +128,10 @@ class Sandbox:
             from bkfast.meta.registration import bookie_service_info
 
             for bookie in self.bookies:
-                _wait(30, self.driver.register_bookie, bookie.bookie_id,
-                      bookie_service_info(bookie.host, bookie.port))
+                call(self.driver.register_bookie, bookie.bookie_id, bookie_service_info(bookie.host, bookie.port),
+                     timeout=30)
         deadline = time.monotonic() + 60
-        while len(_wait(30, self.driver.get_bookies, False)) < self.num_bookies:
+        while len(call(self.driver.get_bookies, False, timeout=30)) < self.num_bookies:
             if time.monotonic() > deadline:
                 raise click.ClickException("bookies did not register within 60 s")
             time.sleep(0.2)
@@ -115,12 +139,13 @@ class Sandbox:
                 "pids": {b.bookie_id: b.pid for b in self.bookies}, "data_dir": str(self.data_dir)}
         if self.zk_server is not None:
             info["zookeeper_pid"] = self.zk_server.pid
+            info["zookeeper_port"] = self.zk_server.port
         tmp = self.data_dir / (SANDBOX_FILE + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         os.replace(tmp, self.data_dir / SANDBOX_FILE)
 
     def stop(self) -> None:
-        from bkfast.client.blocking import _wait
+        from bkfast.reactor import call
 
         for bookie in self.bookies:
             try:
@@ -131,7 +156,7 @@ class Sandbox:
                 bookie.kill()
         if self.driver is not None:
             try:
-                _wait(30, self.driver.close)
+                call(self.driver.close, timeout=30)
             except Exception:
                 log.exception("closing the metadata driver failed")
         if self.zk_server is not None:

@@ -1,111 +1,144 @@
-"""`bkfast shell`: BookKeeper's admin commands for cluster metadata (initnewcluster, metaformat,
-bookieformat)."""
+"""`bkfast shell`: BookKeeper's admin commands with its names — the cluster commands here, the ledger
+commands in shell_ledgers, a bookie's own files and cookies in shell_bookie. Every command takes --conf /
+--metadata-uri, prints one line on an operator's mistake (exit 1; 2 for usage) and `--json` where it
+prints data. The work is done by bkfast.admin; this module only parses options and prints."""
 
 from __future__ import annotations
 
-import contextlib
-
 import click
 
-from bkfast.conf import ServerConfiguration
+from bkfast.admin import cluster as admin_cluster
+
+from .shell_common import common_options, emit, json_option, progress, zk_of
 
 
-def _options(f):
-    f = click.option("--root", default=None,
-                     help="Ledgers root path in ZooKeeper (default: from the conf, /ledgers)")(f)
-    f = click.option("--zk-connect", "zk_connect", default=None, metavar="HOST:PORT[,...]",
-                     help="ZooKeeper connect string; overrides metadataServiceUri/zkServers")(f)
-    f = click.option("--conf", "conf_path", default=None, type=click.Path(exists=True, dir_okay=False),
-                     help="bk_server.conf-style configuration file")(f)
-    return f
-
-
-def _load(conf_path, zk_connect, root):
-    """-> (conf, connect string, root, layout)."""
-    from bkfast.meta import MetadataError, metadata_from_conf
-
-    try:
-        conf = ServerConfiguration.load(conf_path)
-        hosts, conf_root, layout = metadata_from_conf(conf)
-    except (MetadataError, ValueError, OSError) as e:
-        raise click.ClickException(str(e)) from None
-    return conf, (zk_connect or hosts), (root or conf_root), layout
-
-
-@contextlib.contextmanager
-def _zk(hosts: str, conf):
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    timeout = conf.get("zkTimeout") / 1000.0
-    zk = KazooClient(hosts=hosts, timeout=timeout)
-    try:
-        zk.start(timeout=timeout)
-    except KazooTimeoutError:
-        zk.close()
-        raise click.ClickException(f"cannot connect to ZooKeeper at {hosts}") from None
-    try:
-        yield zk
-    finally:
-        zk.stop()
-        zk.close()
-
-
-def _run(fn):
-    from bkfast.meta import MetadataError
-
-    try:
-        return fn()
-    except MetadataError as e:
-        raise click.ClickException(str(e)) from None
-
-
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def shell() -> None:
-    """Admin commands on cluster metadata (like BookKeeper's `bookkeeper shell`)."""
+    """Admin commands (like BookKeeper's `bookkeeper shell`); `bkfast shell COMMAND --help` for each."""
+
+
+_LAYOUTS = click.Choice(["flat", "hierarchical", "longhierarchical"])
 
 
 @shell.command()
-@_options
-@click.option("--layout", default=None, type=click.Choice(["flat", "hierarchical", "longhierarchical"]),
-              help="Ledger layout (default: from metadataServiceUri, hierarchical)")
-def initnewcluster(conf_path, zk_connect, root, layout):
+@common_options
+@click.option("--layout", default=None, type=_LAYOUTS,
+              help="Ledger layout (default: from the metadata URI, hierarchical)")
+@json_option
+def initnewcluster(target, layout, as_json):
     """Create the cluster's metadata in ZooKeeper; refuses if it exists."""
-    from bkfast.meta import init_new_cluster
+    with zk_of(target) as (zk, root, uri_layout):
+        out = admin_cluster.init_cluster(zk, root, layout or uri_layout)
+    hosts = _hosts(target)
+    emit(out, as_json, lambda o: f"initialized cluster at {hosts}{o['root']} (instance id {o['instanceId']})")
 
-    conf, hosts, root, uri_layout = _load(conf_path, zk_connect, root)
-    with _zk(hosts, conf) as zk:
-        iid = _run(lambda: init_new_cluster(zk, root, layout or uri_layout))
-    click.echo(f"initialized cluster at {hosts}{root} (instance id {iid})")
+
+def _hosts(target) -> str:
+    from bkfast.admin.common import zk_target
+
+    return zk_target(target.metadata_uri)[0]
 
 
 @shell.command()
-@_options
+@common_options
 @click.option("--force", is_flag=True, help="Wipe existing metadata")
-def metaformat(conf_path, zk_connect, root, force):
-    """Delete all metadata under the root and init a new cluster."""
-    from bkfast.meta import format_metadata
+@json_option
+def metaformat(target, force, as_json):
+    """Delete all metadata under the ledgers root and initialize a new cluster."""
+    with zk_of(target) as (zk, root, uri_layout):
+        out = admin_cluster.format_cluster(zk, root, force, uri_layout)
+    hosts = _hosts(target)
 
-    conf, hosts, root, uri_layout = _load(conf_path, zk_connect, root)
-    with _zk(hosts, conf) as zk:
-        existed = zk.exists(root) is not None
-        iid = _run(lambda: format_metadata(zk, root, force, layout=None if existed else uri_layout))
-    if existed:
-        click.echo(f"deleted metadata under {hosts}{root}")
-    click.echo(f"initialized cluster at {hosts}{root} (instance id {iid})")
+    def text(o):
+        if o["deleted"]:
+            yield f"deleted metadata under {hosts}{o['root']}"
+        yield f"initialized cluster at {hosts}{o['root']} (instance id {o['instanceId']})"
+
+    emit(out, as_json, text)
 
 
 @shell.command()
-@_options
-@click.option("--force", is_flag=True, help="Wipe a bookie that holds data")
-def bookieformat(conf_path, zk_connect, root, force):
-    """Wipe this bookie's journal/ledger/index directories and delete its cookie in ZooKeeper."""
-    from bkfast.meta import bookie_id, format_bookie
+@common_options
+@click.option("--instance-id", "instance_id", default=None, help="The cluster's instance id (see whatisinstanceid)")
+@click.option("--force", is_flag=True, help="Delete without checking the instance id")
+@json_option
+def nukeexistingcluster(target, instance_id, force, as_json):
+    """Delete the whole cluster's metadata (every ledger, cookie and registration) under the root."""
+    with zk_of(target) as (zk, root, _layout), progress("deleting znodes", not as_json) as bar:
+        out = admin_cluster.nuke_cluster(zk, root, instance_id, force, bar)
+    emit(out, as_json, lambda o: f"deleted {o['root']} ({o['deletedNodes']} znodes)")
 
-    conf, hosts, root, _layout = _load(conf_path, zk_connect, root)
-    bid = bookie_id(conf)
-    with _zk(hosts, conf) as zk:
-        actions = _run(lambda: format_bookie(zk, root, conf, bid, force))
-    for a in actions:
-        click.echo(a)
-    click.echo(f"formatted bookie {bid}")
+
+@shell.command()
+@common_options
+@json_option
+def whatisinstanceid(target, as_json):
+    """Print the cluster's instance id."""
+    with zk_of(target) as (zk, root, _layout):
+        iid = admin_cluster.instance_id(zk, root)
+    emit({"instanceId": iid}, as_json, lambda o: o["instanceId"])
+
+
+@shell.command()
+@common_options
+@click.option("--readwrite", "-rw", "readwrite", is_flag=True, help="Only writable bookies")
+@click.option("--readonly", "-ro", "readonly", is_flag=True, help="Only read-only bookies")
+@json_option
+def listbookies(target, readwrite, readonly, as_json):
+    """List the registered bookies (writable and read-only unless one is asked for)."""
+    if readwrite and readonly:
+        raise click.UsageError("give --readwrite or --readonly, not both")
+    with zk_of(target) as (zk, root, _layout):
+        out = admin_cluster.list_bookies(zk, root, writable=not readonly, read_only=not readwrite)
+    emit(out, as_json, lambda rows: [f"{r['bookieId']}\t{r['host']}:{r['port']}\t"
+                                     f"{'read-only' if r['readOnly'] else 'writable'}" for r in rows])
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return str(n)
+
+
+@shell.command()
+@common_options
+@json_option
+def bookieinfo(target, as_json):
+    """Per registered bookie: state and disk usage (as the bookie reports it)."""
+    from .shell_common import client_of
+
+    with client_of(target) as bk, zk_of(target) as (zk, root, _layout):
+        out = admin_cluster.bookie_info(bk, zk, root)
+
+    def text(rows):
+        for r in rows:
+            if "error" in r:
+                yield f"{r['bookieId']}\t{r['state']}\tno answer: {r['error']}"
+            else:
+                yield (f"{r['bookieId']}\t{r['state']}\tfree {_size(r['freeDiskSpace'])}\t"
+                       f"total {_size(r['totalDiskSpace'])}")
+
+    emit(out, as_json, text)
+
+
+@shell.command()
+@common_options
+@json_option
+def clusterinfo(target, as_json):
+    """Bookie counts, the auditor, under-replicated ledgers and the instance id."""
+    with zk_of(target) as (zk, root, _layout):
+        out = admin_cluster.cluster_info(zk, root)
+    emit(out, as_json, lambda o: [f"{k}: {v}" for k, v in o.items()])
+
+
+def _register() -> None:
+    from . import shell_bookie, shell_ledgers
+
+    for module in (shell_ledgers, shell_bookie):
+        for command in module.COMMANDS:
+            shell.add_command(command)
+
+
+_register()

@@ -1,7 +1,7 @@
 """The blocking ledger API for scripts, notebooks and Spark executors.
 
 Same method names and semantics as the async API, but every call waits for its result. The Twisted
-reactor runs in a background thread (crochet), so this may be used from any thread, by many threads.
+reactor runs in a background thread (`bkfast.reactor`), so this may be used from any thread, by many threads.
 
     from bkfast import BookKeeper
     with BookKeeper("zk+hierarchical://127.0.0.1:2181/ledgers") as bk:
@@ -11,44 +11,21 @@ reactor runs in a background thread (crochet), so this may be used from any thre
 
 from __future__ import annotations
 
-import inspect
-import threading
 from collections.abc import Iterable, Iterator
 
-import crochet
+from bkfast.reactor import call, start_reactor_thread, submit
 
-from bkfast.errors import BKTimeoutException
+__all__ = ["BookKeeper", "BlockingLedgerHandle", "call_in_reactor"]
 
-__all__ = ["BookKeeper", "BlockingLedgerHandle"]
-
-_setup_lock = threading.Lock()
-_setup_done = False
 DEFAULT_TIMEOUT_S = 120.0
 
 
-def _ensure_reactor_thread() -> None:
-    global _setup_done
-    with _setup_lock:
-        if not _setup_done:
-            crochet.setup()
-            _setup_done = True
-
-
-@crochet.run_in_reactor
-def _in_reactor(fn, args, kwargs):
-    from twisted.internet import defer
-
-    result = fn(*args, **kwargs)
-    if inspect.iscoroutine(result):
-        return defer.Deferred.fromCoroutine(result)
-    return result
-
-
-def _wait(timeout: float, fn, *args, **kwargs):
-    try:
-        return _in_reactor(fn, args, kwargs).wait(timeout)
-    except crochet.TimeoutError:
-        raise BKTimeoutException(f"no result within {timeout} s from {getattr(fn, '__name__', fn)}") from None
+def call_in_reactor(timeout: float, fn, *args, **kwargs):
+    """Run `fn(*args, **kwargs)` (which may return a Deferred or a coroutine) in the client's reactor thread
+    and wait for its result (a BKTimeoutException after `timeout` s). For callers of the async API, e.g.
+    bkfast.admin asking a bookie through `BookKeeper.async_client`."""
+    start_reactor_thread()
+    return call(fn, *args, timeout=timeout, **kwargs)
 
 
 class BlockingLedgerHandle:
@@ -97,45 +74,46 @@ class BlockingLedgerHandle:
     # writes
     def add_entry(self, *args) -> int:
         """Append (`add_entry(data)`, or `add_entry(entry_id, data)` on an adv ledger); returns the entry id."""
-        return _wait(self._timeout, self._handle.add_entry, *args)
+        return call(self._handle.add_entry, *args, timeout=self._timeout)
 
     append = add_entry
 
     def add_entry_async(self, *args):
-        """Start an add; returns a crochet EventualResult (`.wait(timeout)` gives the entry id)."""
-        return _in_reactor(self._handle.add_entry, args, {})
+        """Start an add; returns a `bkfast.reactor.Pending` (`.wait(timeout)` gives the entry id)."""
+        return submit(self._handle.add_entry, *args)
 
     def add_entries(self, payloads: Iterable[bytes], max_outstanding: int = 1000) -> list[int]:
         """Append many payloads with up to `max_outstanding` adds in flight; returns their entry ids."""
-        return _wait(self._timeout * 10, _pipelined_adds, self._handle, list(payloads), max_outstanding)
+        return call(_pipelined_adds, self._handle, list(payloads), max_outstanding, timeout=self._timeout * 10)
 
     def force(self) -> int:
-        return _wait(self._timeout, self._handle.force)
+        return call(self._handle.force, timeout=self._timeout)
 
     def close(self) -> None:
-        _wait(self._timeout, self._handle.close)
+        call(self._handle.close, timeout=self._timeout)
 
     # reads
     def read_entries(self, first: int, last: int) -> list:
-        return _wait(self._timeout, self._handle.read_entries, first, last)
+        return call(self._handle.read_entries, first, last, timeout=self._timeout)
 
     def read_unconfirmed_entries(self, first: int, last: int) -> list:
-        return _wait(self._timeout, self._handle.read_unconfirmed_entries, first, last)
+        return call(self._handle.read_unconfirmed_entries, first, last, timeout=self._timeout)
 
     def read_entry(self, entry_id: int):
-        return _wait(self._timeout, self._handle.read_entry, entry_id)
+        return call(self._handle.read_entry, entry_id, timeout=self._timeout)
 
     def read_last_add_confirmed(self) -> int:
-        return _wait(self._timeout, self._handle.read_last_add_confirmed)
+        return call(self._handle.read_last_add_confirmed, timeout=self._timeout)
 
     def read_explicit_lac(self) -> int:
-        return _wait(self._timeout, self._handle.read_explicit_lac)
+        return call(self._handle.read_explicit_lac, timeout=self._timeout)
 
     def read_lac_long_poll(self, previous_lac: int | None = None, timeout_ms: int = 10000) -> int:
-        return _wait(self._timeout + timeout_ms / 1000.0, self._handle.read_lac_long_poll, previous_lac, timeout_ms)
+        return call(self._handle.read_lac_long_poll, previous_lac, timeout_ms,
+                    timeout=self._timeout + timeout_ms / 1000.0)
 
     def refresh_metadata(self):
-        return _wait(self._timeout, self._handle.refresh_metadata)
+        return call(self._handle.refresh_metadata, timeout=self._timeout)
 
     def tail(self, start: int = 0, poll_timeout_ms: int = 1000, batch: int = 1000,
              stop_when_closed: bool = True) -> Iterator:
@@ -208,9 +186,9 @@ class BookKeeper:
     def __init__(self, metadata_uri: str, timeout: float = DEFAULT_TIMEOUT_S, **conf):
         from .bookkeeper import AsyncBookKeeper
 
-        _ensure_reactor_thread()
+        start_reactor_thread()
         self._timeout = timeout
-        self._bk = _wait(timeout, AsyncBookKeeper.connect, metadata_uri, None, **conf)
+        self._bk = call(AsyncBookKeeper.connect, metadata_uri, None, **conf, timeout=timeout)
 
     @property
     def async_client(self):
@@ -219,33 +197,33 @@ class BookKeeper:
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, digest_type=None,
                       password: bytes | str = b"", custom_metadata: dict | None = None,
                       scope_id: int = 0, deferred_sync: bool = False) -> BlockingLedgerHandle:
-        handle = _wait(self._timeout, self._bk.create_ledger, ensemble_size, write_quorum, ack_quorum, digest_type,
-                       password, custom_metadata, scope_id, deferred_sync)
+        handle = call(self._bk.create_ledger, ensemble_size, write_quorum, ack_quorum, digest_type,
+                      password, custom_metadata, scope_id, deferred_sync, timeout=self._timeout)
         return BlockingLedgerHandle(handle, self._timeout)
 
     def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                           digest_type=None, password: bytes | str = b"", custom_metadata: dict | None = None,
                           scope_id: int = 0, ledger_id: int | None = None) -> BlockingLedgerHandle:
-        handle = _wait(self._timeout, self._bk.create_ledger_adv, ensemble_size, write_quorum, ack_quorum,
-                       digest_type, password, custom_metadata, scope_id, ledger_id)
+        handle = call(self._bk.create_ledger_adv, ensemble_size, write_quorum, ack_quorum,
+                      digest_type, password, custom_metadata, scope_id, ledger_id, timeout=self._timeout)
         return BlockingLedgerHandle(handle, self._timeout)
 
     def open_ledger(self, ledger_id: int, password: bytes | str = b"", recovery: bool = True,
                     scope_id: int = 0) -> BlockingLedgerHandle:
-        handle = _wait(self._timeout, self._bk.open_ledger, ledger_id, password, recovery, scope_id)
+        handle = call(self._bk.open_ledger, ledger_id, password, recovery, scope_id, timeout=self._timeout)
         return BlockingLedgerHandle(handle, self._timeout)
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
-        _wait(self._timeout, self._bk.delete_ledger, ledger_id, scope_id)
+        call(self._bk.delete_ledger, ledger_id, scope_id, timeout=self._timeout)
 
     def list_ledgers(self, scope_id: int = 0) -> list[int]:
-        return _wait(self._timeout, self._bk.list_ledgers, scope_id)
+        return call(self._bk.list_ledgers, scope_id, timeout=self._timeout)
 
     def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0):
-        return _wait(self._timeout, self._bk.get_ledger_metadata, ledger_id, scope_id)
+        return call(self._bk.get_ledger_metadata, ledger_id, scope_id, timeout=self._timeout)
 
     def close(self) -> None:
-        _wait(self._timeout, self._bk.close)
+        call(self._bk.close, timeout=self._timeout)
 
     def __enter__(self):
         return self

@@ -27,7 +27,8 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
 )
 from bkfast.ids import MAX_LEDGER_ID, LedgerId
-from bkfast.meta.driver import BookieInfo, MetadataDriver, open_metadata_driver
+from bkfast.meta.driver import BookieInfo, MetadataDriver
+from bkfast.meta.factory import open_metadata_driver
 from bkfast.meta.ledger_metadata import LedgerMetadata
 from bkfast.net.bookie_client import BookieClient
 

@@ -25,7 +25,7 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     error_for_v2_rc,
 )
-from bkfast.net.bookie_client import scope_field
+from bkfast.ids import scope_field
 
 from .distribution import quorum_covered, write_set
 

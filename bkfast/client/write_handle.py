@@ -32,9 +32,8 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     error_for_v2_rc,
 )
+from bkfast.ids import DEFERRED_SYNC, scope_field
 from bkfast.meta.ledger_metadata import LedgerState
-from bkfast.net.bookie_client import DEFERRED_SYNC as _DEFERRED_SYNC
-from bkfast.net.bookie_client import scope_field
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 from .handle import LedgerHandle
@@ -193,7 +192,7 @@ class WriteHandle(LedgerHandle):
         add.masterKey = self.digest.master_key
         add.body = pending.entry
         if self.deferred_sync:
-            add.writeFlags = _DEFERRED_SYNC
+            add.writeFlags = DEFERRED_SYNC
         else:
             add.ClearField("writeFlags")
         if self.scope_id:
@@ -259,6 +258,12 @@ class WriteHandle(LedgerHandle):
 
     def _add_error(self, exc: BaseException, entry_id: int, bookie: str) -> None:
         if self._error is not None:
+            return
+        if isinstance(exc, BKLedgerFencedException):
+            # Another client opened the ledger with recovery: the expected end of this writer, not a fault.
+            log.info("ledger %d entry %d: bookie %s says the ledger is fenced (another client recovered it); "
+                     "the writer stops", self.ledger_id, entry_id, bookie)
+            self._fail_handle(exc)
             return
         if isinstance(exc, _ENDS_WRITER):
             log.warning("ledger %d entry %d: bookie %s refused the add (%s); the writer stops",

@@ -25,13 +25,13 @@ durable, or verify digests (entries are stored and returned verbatim).
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 import threading
 import time
 from pathlib import Path
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
@@ -44,6 +44,7 @@ from bkfast.errors import (
     ledger_name,
     missing_entry_error,
 )
+from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
 
@@ -64,6 +65,7 @@ FLUSH_SLICE_BYTES = 1 << 20
 FLUSH_PACE_LEAD = 0.25
 FLUSH_PACE_MIN_BYTES_PER_S = 16 << 20
 FLUSH_PACE_SLEEP_S = 0.002
+FULL_DISK_MAX_WAIT_S = 0.5   # an add's wait for cache room while the index is read-only (full disk)
 
 
 class SingleDirectoryDbLedgerStorage:
@@ -84,14 +86,24 @@ class SingleDirectoryDbLedgerStorage:
         self._flush_event = threading.Event()
         max_wait_s = conf.db_storage_max_throttle_time_ms / 1000.0
         self._write_cache = WriteCache(write_cache_bytes, max_wait_s, self._flush_event.set)
+        self._max_wait_s = max_wait_s
+        if self.read_only:
+            # Opened on a full disk: no flush can make room, so an add finding the cache full fails after
+            # the swap of the halves instead of waiting dbStorage_maxThrottleTimeMs (replay stops there).
+            self._write_cache.max_wait_s = min(max_wait_s, FULL_DISK_MAX_WAIT_S)
         self._read_cache = ReadCache(read_cache_bytes)
         self._read_ahead_count = int(conf.db_storage_read_ahead_cache_batch_size)
         batch_bytes = int(conf.db_storage_read_ahead_cache_batch_bytes_size)
         self._read_ahead_bytes = batch_bytes if batch_bytes > 0 else _READ_AHEAD_MAX_BYTES
         self._read_ahead_on = self._read_cache.enabled and self._read_ahead_count > 0
         self._flush_lock = threading.Lock()
+        # Test hooks (0 in production): make entry-log reads / write-cache flushes slow on purpose, so
+        # tests can show what a slow disk does to the rest of the bookie.
+        self._test_read_delay_s = max(conf.get("testEntryLogReadDelayMs"), 0) / 1000.0
+        self._test_flush_delay_s = max(conf.get("testWriteCacheFlushDelayMs"), 0) / 1000.0
         self._closed = False
         self.last_flush_error: BaseException | None = None
+        self.flush_slices = 0  # entry-logger calls (and GIL hand-overs) of all flushes so far
         self.error_listener = None  # callable(error) told about background flush failures (the Bookie's)
         self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True,
                                               name=f"db-storage-flush-{self.ledger_dir.name}")
@@ -150,6 +162,21 @@ class SingleDirectoryDbLedgerStorage:
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
         return missing_entry_error(self._ledgers.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
 
+    def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry from the write cache or the read-ahead cache; None when only the disk has it (or
+        nobody does). No I/O and no RocksDB lookup: safe on the reactor thread."""
+        if entry_id < 0:
+            return None
+        key = ledger_id if not scope_id else (scope_id << 64) | ledger_id  # qualified_key, inlined
+        data = self._write_cache.get(key, entry_id)
+        if data is not None:
+            return data
+        return self._read_cache.get(key, entry_id)
+
+    def set_room_listener(self, listener) -> None:
+        """Non-waiting adds (see WriteCache.room_listener)."""
+        self._write_cache.room_listener = listener
+
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         if entry_id < 0:
             return self._get_last_entry(scope_id, ledger_id)
@@ -167,6 +194,8 @@ class SingleDirectoryDbLedgerStorage:
             if data is not None:
                 return data
             raise self._missing(scope_id, ledger_id, entry_id)
+        if self._test_read_delay_s:
+            time.sleep(self._test_read_delay_s)
         try:
             data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
         except (StorageCorruptionError, ValueError, OSError):
@@ -266,30 +295,36 @@ class SingleDirectoryDbLedgerStorage:
             while True:
                 half, retry = self._write_cache.begin_flush()
                 t_start = time.perf_counter()
+                if half.count and self._test_flush_delay_s:
+                    time.sleep(self._test_flush_delay_s)
                 if half.count:
                     batch = LocationBatch()
-                    add_entries = self._entry_logger.add_entries
                     pace = not self._closed
                     pacer = _Pacer(self._write_cache, half.size, t_start) if paced and pace and not retry else None
+                    writer = _SliceWriter(self._entry_logger, batch, pacer, pace)
                     for key, entry_ids, datas in half.sorted_runs():
                         scope_id, ledger_id = split_key(key)
                         n = len(datas)
-                        # Slices of <= ~1 MiB with a GIL hand-over (sleep(0)) after each: a C call over a
-                        # whole half (memcpy of 170k entries into the log buffer) held the GIL >100 ms and
-                        # drove the open-loop p99; sliced, the reactor waits at most a few ms.
+                        if n == 1:
+                            writer.add(scope_id, ledger_id, entry_ids, datas, len(datas[0]))
+                            continue
+                        # Slices of <= ~1 MiB or FLUSH_SLICE_ENTRIES with a GIL hand-over (sleep(0)) after
+                        # each, whatever the number of ledgers in it: a C call over a whole half (memcpy of
+                        # 170k entries into the log buffer) held the GIL >100 ms and drove the open-loop
+                        # p99, while a hand-over per ledger cost ~70 us each (the timer slack of sleep(0)):
+                        # 81 s to stop a bookie holding 1,000,000 one-entry ledgers.
                         i = 0
                         while i < n:
                             step = max(1, min(FLUSH_SLICE_ENTRIES, FLUSH_SLICE_BYTES // (len(datas[i]) + 1)))
                             j = min(n, i + step)
                             if i == 0 and j == n:
-                                batch.add(scope_id, ledger_id, entry_ids, add_entries(ledger_id, datas))
+                                writer.add(scope_id, ledger_id, entry_ids, datas, sum(map(len, datas)))
                             else:
-                                batch.add(scope_id, ledger_id, entry_ids[i:j], add_entries(ledger_id, datas[i:j]))
-                            if pacer is not None:
-                                pacer.wrote(sum(map(len, datas[i:j])) + ENTRY_OVERHEAD * (j - i))
-                            elif pace:
-                                time.sleep(0)
+                                part = datas[i:j]
+                                writer.add(scope_id, ledger_id, entry_ids[i:j], part, sum(map(len, part)))
                             i = j
+                    writer.write()
+                    self.flush_slices += writer.slices
                     datas = entry_ids = None        # end_flush frees the half in slices: hold no refs
                     t_written = time.perf_counter()
                     self._entry_logger.flush()      # entries durable ...
@@ -326,6 +361,18 @@ class SingleDirectoryDbLedgerStorage:
                         log.exception("flush error listener failed")
 
     @property
+    def read_only(self) -> bool:
+        """An index store was opened read-only on a full disk: entries stay in the write cache, reads
+        work, flushes fail with OSError(ENOSPC) until reopen_writable()."""
+        return self._locations.read_only or self._ledgers.read_only
+
+    def reopen_writable(self) -> None:
+        """The disk has room again: open the index stores for writing (pending metadata is written)."""
+        self._locations.reopen_writable()
+        self._ledgers.reopen_writable()
+        self._write_cache.max_wait_s = self._max_wait_s
+
+    @property
     def write_cache_size(self) -> int:
         return self._write_cache.size
 
@@ -339,13 +386,62 @@ class SingleDirectoryDbLedgerStorage:
         self._closed = True  # refuse new adds first, so the final flush below really is final
         self._flush_event.set()
         self._flush_thread.join()
-        self.flush()
-        if self._owns_logger:
-            self._entry_logger.close()
-        else:
-            self._entry_logger.flush()
-        self._locations.close()
-        self._ledgers.close()
+        try:
+            try:
+                self.flush()
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # A full disk: what the cache holds is in the journal, and the Bookie did not move its
+                # lastMark past it (its checkpoint failed the same way); the next start replays it.
+                log.error("final flush of %s failed (%s); the journal keeps its %d cached entries for the "
+                          "next start", self.ledger_dir, e, self._write_cache.count)
+            if self._owns_logger:
+                self._entry_logger.close()
+            else:
+                self._entry_logger.flush()
+        finally:
+            try:
+                self._locations.close()
+            finally:
+                self._ledgers.close()
+
+
+class _SliceWriter:
+    """Gathers a flush's runs (any number of ledgers) into slices of <= FLUSH_SLICE_BYTES /
+    FLUSH_SLICE_ENTRIES; each slice is one entry-logger call, then its locations go into the batch and the
+    GIL is handed over once (paced or not)."""
+
+    __slots__ = ("logger", "batch", "pacer", "pace", "runs", "meta", "nbytes", "nentries", "slices")
+
+    def __init__(self, logger: EntryLogger, batch: LocationBatch, pacer: _Pacer | None, pace: bool):
+        self.logger, self.batch, self.pacer, self.pace = logger, batch, pacer, pace
+        self.runs: list = []
+        self.meta: list = []
+        self.nbytes = self.nentries = self.slices = 0
+
+    def add(self, scope_id: int, ledger_id: int, entry_ids: list[int], datas: list, nbytes: int) -> None:
+        if self.runs and (self.nbytes + nbytes > FLUSH_SLICE_BYTES
+                          or self.nentries + len(datas) > FLUSH_SLICE_ENTRIES):
+            self.write()
+        self.runs.append((ledger_id, datas))
+        self.meta.append((scope_id, ledger_id, entry_ids))
+        self.nbytes += nbytes
+        self.nentries += len(datas)
+
+    def write(self) -> None:
+        if not self.runs:
+            return
+        locations = self.logger.add_runs(self.runs)
+        self.batch.add_runs(self.meta, locations)
+        written = self.nbytes + ENTRY_OVERHEAD * self.nentries
+        self.runs, self.meta = [], []
+        self.nbytes = self.nentries = 0
+        self.slices += 1
+        if self.pacer is not None:
+            self.pacer.wrote(written)
+        elif self.pace:
+            time.sleep(0)
 
 
 class _Pacer:

@@ -17,13 +17,16 @@ first scoped write, so a bookie that never sees scope != 0 keeps a Java-identica
 
 from __future__ import annotations
 
+import errno
+import logging
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     Cache,
     DBCompressionType,
@@ -32,6 +35,8 @@ from rocksdict import (
     ReadOptions,
     WriteBatch,
 )
+
+from bkfast.errors import StorageCorruptionError
 
 __all__ = [
     "LOCATIONS",
@@ -43,6 +48,8 @@ __all__ = [
     "qualified_key",
     "split_key",
 ]
+
+log = logging.getLogger(__name__)
 
 LOCATIONS = "locations"
 LOCATIONS128 = "locations128"
@@ -84,24 +91,87 @@ def _next_prefix(prefix: bytes) -> bytes | None:
     return value.to_bytes(len(prefix), "big")
 
 
+def open_error(path: Path, err: Exception) -> Exception:
+    """One line for a RocksDB store that does not open: which store, RocksDB's reason, what to do.
+
+    Corruption (a truncated MANIFEST or .sst, a bad CURRENT) -> StorageCorruptionError; no space ->
+    OSError(ENOSPC) (the bookie starts read-only on it); anything else -> StorageCorruptionError too,
+    since a bookie cannot serve without its index either way."""
+    text = " ".join(str(err).split())       # RocksDB's status spans lines; keep one
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return OSError(errno.ENOSPC, f"RocksDB store {path} cannot open: {text}")
+    if text.startswith("Corruption") or "corrupt" in text.lower():
+        what = (f"RocksDB store {path} is corrupt ({text}); the bookie cannot start on it: restore this "
+                "directory from a backup, or wipe the bookie (bkfast shell bookieformat --force) and let "
+                "AutoRecovery re-replicate its ledgers")
+    else:
+        what = (f"RocksDB store {path} cannot open ({text}); check the directory's files and permissions, "
+                "or restore it from a backup")
+    return StorageCorruptionError(what)
+
+
 class RocksStore:
-    """One RocksDB database directory opened in raw mode (bytes keys and values)."""
+    """One RocksDB database directory opened in raw mode (bytes keys and values).
+
+    On a full disk (RocksDB needs a little room to open: a new MANIFEST and write-ahead log, and an
+    .sst of the recovered log) an existing store opens read-only instead (`read_only`): reads work,
+    every write raises OSError(ENOSPC), until `reopen_writable()` succeeds once there is room."""
 
     def __init__(self, path: Path, *, block_cache_bytes: int = 8 << 20, bloom_bits: int = 10):
         self.path = Path(path)
+        self._block_cache_bytes = block_cache_bytes
+        self._bloom_bits = bloom_bits
+        self._lock = threading.Lock()  # guards close and reopen against concurrent use
+        self._retired: list[Rdict] = []  # read-only handles replaced by a writable one (closed at close())
+        self.read_only = False
+        # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
+        # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
+        try:
+            self._db: Rdict | None = Rdict(str(self.path), self._options())
+        except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status text
+            error = open_error(self.path, err)
+            if not (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+                raise error from err
+            try:
+                # A read-only open replays the write-ahead log in memory and writes nothing.
+                self._db = Rdict(str(self.path), self._options(), access_type=AccessType.read_only())
+            except Exception:  # noqa: BLE001 - no store to read (new): the no-space error is the one to tell
+                raise error from err
+            self.read_only = True
+            log.warning("RocksDB store %s opened read-only: no space left to open it for writing (%s)",
+                        self.path, " ".join(str(err).split()))
+
+    def _options(self) -> Options:
         opt = Options(raw_mode=True)
         opt.create_if_missing(True)
         opt.set_compression_type(DBCompressionType.lz4())
         table = BlockBasedOptions()
-        if block_cache_bytes > 0:
-            table.set_block_cache(Cache(block_cache_bytes))
-        if bloom_bits > 0:
-            table.set_bloom_filter(bloom_bits, False)
+        if self._block_cache_bytes > 0:
+            table.set_block_cache(Cache(self._block_cache_bytes))
+        if self._bloom_bits > 0:
+            table.set_bloom_filter(self._bloom_bits, False)
         opt.set_block_based_table_factory(table)
-        # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
-        # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
-        self._db: Rdict | None = Rdict(str(self.path), opt)
-        self._lock = threading.Lock()  # guards close against concurrent use
+        return opt
+
+    def reopen_writable(self) -> None:
+        """A store opened read-only on a full disk: open it for writing (raises as __init__ when it
+        still cannot). The read-only handle stays open until close(): a read may still be using it."""
+        if not self.read_only:
+            return
+        try:
+            db = Rdict(str(self.path), self._options())
+        except Exception as err:  # noqa: BLE001
+            raise open_error(self.path, err) from err
+        with self._lock:
+            old, self._db = self._db, db
+            self.read_only = False
+        if old is not None:
+            self._retired.append(old)
+        log.info("RocksDB store %s is writable again", self.path)
+
+    def _no_space(self) -> OSError:
+        return OSError(errno.ENOSPC, f"RocksDB store {self.path} is open read-only: its disk was full when "
+                                     "the bookie started")
 
     @property
     def db(self) -> Rdict:
@@ -119,21 +189,29 @@ class RocksStore:
     # 57 ms (its reactor among them); write + flush_wal, 19 ms max and p99 5 ms.
 
     def put(self, key: bytes, value: bytes, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         self.db.put(key, value)
         if sync:
             self.sync()
 
     def delete(self, key: bytes, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         self.db.delete(key)
         if sync:
             self.sync()
 
     def write(self, batch: WriteBatch, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         self.db.write(batch)
         if sync:
             self.sync()
 
     def delete_range(self, begin: bytes, end: bytes | None, sync: bool = False) -> None:
+        if self.read_only:
+            raise self._no_space()
         if end is None:
             keys = [k for k, _ in self.range(begin, None)]
             for k in keys:
@@ -172,28 +250,42 @@ class RocksStore:
             del it
         return out
 
-    def items(self) -> list[tuple[bytes, bytes]]:
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) in key order, read as the caller consumes them (loading millions of
+        ledgers' records built a list of all of them first: RSS the process kept). Consume it fully or
+        close it before the store is closed (an open iterator keeps the database open)."""
         it = self.db.iter()
-        out = []
         try:
             it.seek_to_first()
             while it.valid():
-                out.append((it.key(), it.value()))
+                yield it.key(), it.value()
                 it.next()
         finally:
             del it
-        return out
 
     def sync(self) -> None:
-        """Make every write so far durable (fsync of the write-ahead log)."""
-        self.db.flush_wal(True)
+        """Make every write so far durable (fsync of the write-ahead log; read-only: nothing to do)."""
+        if not self.read_only:
+            self.db.flush_wal(True)
 
     def close(self) -> None:
         with self._lock:
             db, self._db = self._db, None
-        if db is not None:
-            db.close()
-            del db
+            retired, self._retired = self._retired, []
+        errors = []
+        for handle in (db, *retired):
+            if handle is not None:
+                try:
+                    handle.close()      # flushes the memtable: may need room
+                except Exception as err:  # noqa: BLE001 - close the others; ENOSPC as an OSError
+                    text = " ".join(str(err).split())
+                    if "No space left on device" in text or "Disk quota exceeded" in text:
+                        errors.append(OSError(errno.ENOSPC, f"RocksDB store {self.path} close: {text}"))
+                    else:
+                        errors.append(err)
+        del db, retired
+        if errors:
+            raise errors[0]
 
 
 class LocationBatch:
@@ -237,6 +329,30 @@ class LocationBatch:
         if self.count > before and wb.len() >= LOCATION_CHUNK:
             chunks.append(WriteBatch(raw_mode=True))
 
+    def add_runs(self, runs: list[tuple[int, int, list[int]]], locations: list[int]) -> None:
+        """add() for several ledgers: runs = [(scope_id, ledger_id, entry_ids)], locations flat in order.
+        Scope-0 runs of one entry (a flush of many small ledgers) take a short path."""
+        pack_key = _LOC_KEY.pack
+        pack_value = _LONG.pack
+        pos = 0
+        plain = self.plain
+        wb = plain[-1]
+        put = wb.put
+        for scope_id, ledger_id, entry_ids in runs:
+            n = len(entry_ids)
+            if n == 1 and not scope_id:
+                put(pack_key(ledger_id, entry_ids[0]), pack_value(locations[pos]))
+                self.count += 1
+                if wb.len() >= LOCATION_CHUNK:
+                    wb = WriteBatch(raw_mode=True)
+                    plain.append(wb)
+                    put = wb.put
+            else:
+                self.add(scope_id, ledger_id, entry_ids, locations[pos:pos + n])
+                wb = plain[-1]
+                put = wb.put
+            pos += n
+
 
 def _write_chunks(store: RocksStore, chunks: list[WriteBatch]) -> None:
     """Write the non-empty chunks in order, the last one synced; hand the GIL over between them."""
@@ -265,6 +381,16 @@ class ScopedStorePair:
         if self._scoped is not None:
             self._scoped.close()
             self._scoped = None
+
+    @property
+    def read_only(self) -> bool:
+        """Some store was opened read-only on a full disk (see RocksStore)."""
+        return self._plain.read_only or (self._scoped is not None and self._scoped.read_only)
+
+    def reopen_writable(self) -> None:
+        self._plain.reopen_writable()
+        if self._scoped is not None:
+            self._scoped.reopen_writable()
 
 
 class LocationIndex(ScopedStorePair):

@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.directory import SingleDirectoryDbLedgerStorage
 from bkfast.errors import ConfigurationError
+from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["DbLedgerStorage"]
 
@@ -32,7 +32,7 @@ _MiB = 1024 * 1024
 _DIRECT_METHODS = (
     "set_master_key", "get_master_key", "ledger_exists", "set_fenced", "is_fenced", "set_explicit_lac",
     "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id",
-    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger",
+    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger", "get_entry_cached",
 )
 
 
@@ -136,6 +136,16 @@ class DbLedgerStorage:
         ledger is unknown, BKNoSuchEntryException when it has no such entry."""
         return self._dir(ledger_id, scope_id).get_entry(ledger_id, entry_id, scope_id)
 
+    def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry if a memory cache holds it, else None; never touches the disk."""
+        return self._dir(ledger_id, scope_id).get_entry_cached(ledger_id, entry_id, scope_id)
+
+    def set_room_listener(self, listener) -> None:
+        """Adds never wait for write-cache room: a full cache raises StorageBusyError at once, and
+        listener() is called (flush thread) when room is made."""
+        for d in self._dirs:
+            d.set_room_listener(listener)
+
     def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
         """Highest stored entry id of the ledger, -1 when it has none."""
         return self._dir(ledger_id, scope_id).get_last_entry_id(ledger_id, scope_id)
@@ -188,6 +198,20 @@ class DbLedgerStorage:
         """listener(error) is called when a background flush fails (the Bookie turns read-only on ENOSPC)."""
         for d in self._dirs:
             d.error_listener = listener
+
+    # -- a full disk at start ------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """Some directory's index opened read-only on a full disk (see RocksStore): reads work, adds
+        stay in the write cache, flushes fail until reopen_writable()."""
+        return any(d.read_only for d in self._dirs)
+
+    def reopen_writable(self) -> None:
+        """Open every read-only index for writing; raises (OSError ENOSPC) while a disk is still full."""
+        for d in self._dirs:
+            if d.read_only:
+                d.reopen_writable()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -9,6 +9,9 @@ order, so each ledger's entries land contiguously in the entry log (read-ahead d
 Backpressure: when an entry does not fit the active half, `request_flush` (the storage's flush thread
 trigger) is called and the add waits — at most `max_wait_s` (Java's dbStorage_maxThrottleTimeMs) — for
 a swap to make room. When both halves stay full that long, WriteCacheFullError (ETOOMANYREQUESTS).
+The bookie server never lets an add wait on its reactor: it sets `room_listener`, and then a put that
+does not fit raises StorageBusyError at once and the listener is called when a swap or a finished
+flush makes room (the server holds the add meanwhile and stops reading from that connection).
 
 Must never: do I/O, or block an add for longer than max_wait_s. Ledgers are named by an opaque int key
 (bkfast.dbstorage.index.qualified_key); entry ids are ints. Sizes count each entry's bytes plus a fixed
@@ -22,12 +25,15 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import islice
 
-from bkfast.errors import WriteCacheFullError
+from bkfast.errors import StorageBusyError, WriteCacheFullError
 
 __all__ = ["ENTRY_OVERHEAD", "WriteCache", "WriteCacheHalf"]
 
 ENTRY_OVERHEAD = 64
 """Bytes charged per cached entry besides its data (dict slot and bytes object header)."""
+LEDGER_OVERHEAD = 320
+"""Bytes charged per ledger in a half (its _Ledger, entry dict, key and slot: ~300 B measured), so that a
+half of many one-entry ledgers stays within its size (1,000,000 such ledgers held ~300 MB uncounted)."""
 
 
 class _Ledger:
@@ -52,6 +58,7 @@ class WriteCacheHalf:
         ledger = self.ledgers.get(key)
         if ledger is None:
             ledger = self.ledgers[key] = _Ledger()
+            self.size += LEDGER_OVERHEAD
         old = ledger.entries.get(entry_id)
         ledger.entries[entry_id] = data
         if old is None:
@@ -78,7 +85,7 @@ class WriteCacheHalf:
         ledger = self.ledgers.pop(key, None)
         if ledger is not None:
             self.count -= len(ledger.entries)
-            self.size -= sum(len(d) + ENTRY_OVERHEAD for d in ledger.entries.values())
+            self.size -= sum(len(d) + ENTRY_OVERHEAD for d in ledger.entries.values()) + LEDGER_OVERHEAD
 
     def sorted_runs(self) -> Iterator[tuple[int, list[int], list[bytes]]]:
         """(ledger key, entry ids ascending, their data) for each ledger, by ascending key."""
@@ -99,6 +106,10 @@ class WriteCache:
         self._cond = threading.Condition(self._lock)
         self._active = WriteCacheHalf()
         self._flushing = WriteCacheHalf()
+        # Set by the bookie server: puts never wait, and room_listener() runs when a swap or a finished
+        # flush makes room after a refused put.
+        self.room_listener: Callable[[], None] | None = None
+        self._room_wanted = False
 
     @property
     def size(self) -> int:
@@ -118,10 +129,11 @@ class WriteCache:
         # Python code): this runs once per add on the reactor thread.
         with self._lock:
             active = self._active
-            if active.size + need <= self.half_size:
-                ledger = active.ledgers.get(key)
+            ledger = active.ledgers.get(key)
+            if active.size + need + (LEDGER_OVERHEAD if ledger is None else 0) <= self.half_size:
                 if ledger is None:
                     ledger = active.ledgers[key] = _Ledger()
+                    active.size += LEDGER_OVERHEAD
                 entries = ledger.entries
                 old = entries.get(entry_id)
                 entries[entry_id] = data
@@ -133,9 +145,15 @@ class WriteCache:
                 if entry_id > ledger.last:
                     ledger.last = entry_id
                 return
+        need += LEDGER_OVERHEAD          # at most: the ledger may be new to the half it goes to
         if need > self.half_size:
             raise WriteCacheFullError(
                 f"an entry of {len(data)} bytes is larger than half the write cache ({self.half_size} bytes)")
+        if self.room_listener is not None:
+            # Non-waiting mode (the bookie server): refuse now, flush, and announce the room it makes.
+            self._room_wanted = True
+            self._request_flush()
+            raise StorageBusyError(f"write cache full ({self.half_size} bytes per half); flushing")
         self._wait_and_put(key, entry_id, data, need)
 
     def _wait_and_put(self, key: int, entry_id: int, data: bytes, need: int) -> None:
@@ -189,13 +207,21 @@ class WriteCache:
             half, self._active = self._active, WriteCacheHalf()
             self._flushing = half
             self._cond.notify_all()
-            return half, False
+        self._announce_room()
+        return half, False
+
+    def _announce_room(self) -> None:
+        listener = self.room_listener
+        if listener is not None and self._room_wanted:
+            self._room_wanted = False
+            listener()
 
     def end_flush(self) -> None:
         """The flushing half is in the entry log and indexed: drop it (its room opens for adds)."""
         with self._cond:
             flushed, self._flushing = self._flushing, WriteCacheHalf()
             self._cond.notify_all()
+        self._announce_room()
         # Freeing a half (up to hundreds of thousands of entries) takes milliseconds: do it after the
         # lock is released, so adds interleave with it instead of queueing on the lock (profiled: 11%
         # of the reactor thread's time was spent waiting here), and in slices handing the GIL over in

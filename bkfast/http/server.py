@@ -8,9 +8,15 @@
   GET|PUT /api/v1/bookie/gc             whether a forced GC is pending | start GC + compaction now
   GET /api/v1/bookie/gc_details         per entry log live ratio, last GC/compaction times, bytes reclaimed
                                         (BookieStateReadOnlyService); GET returns {"readOnly": bool}
+  /api/v1/config/..., /api/v1/ledger/..., /api/v1/bookie/list_bookies, ...: the operator endpoints of
+                                        bkfast.http.admin_api (spec §9.2), installed on the same site
 
-Everything renders on the reactor thread; the only blocking call (moving the ZooKeeper registration
-between available/ and available/readonly/) runs in the reactor's thread pool.
+It listens on httpServerPort of the bookie's bind address (listeningInterface's, bkfast.ids.bookie_address).
+
+The endpoints above render on the reactor thread (admin_api's run in its thread pool); their only blocking
+call (moving the ZooKeeper registration between available/ and available/readonly/) runs in the pool too.
+Must never: create the metrics or install them on the bookie (bkfast.server.BookieService does, and hands
+them over here).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from twisted.internet import threads
 from twisted.web import resource, server
 
 from bkfast.http.metrics import BookieMetrics
+from bkfast.ids import bookie_address
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +181,9 @@ class GcDetailsResource(_Leaf):
 
 
 def build_site(ctx: AdminContext) -> server.Site:
+    """The admin site: the endpoints above, and those of bkfast.http.admin_api (spec §9.2) under /api/v1/."""
+    from bkfast.http.admin_api import install_admin_api
+
     root = resource.Resource()
     root.putChild(b"heartbeat", HeartbeatResource(ctx))
     if ctx.metrics is not None:
@@ -188,20 +198,27 @@ def build_site(ctx: AdminContext) -> server.Site:
     bookie.putChild(b"state", BookieStateResource(ctx))
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
+    install_admin_api(root, ctx)
     site = server.Site(root)
     site.displayTracebacks = False
     return site
 
 
-def start_http_server(reactor, conf, bookie, factory=None, meta=None):
-    """Install metrics on `bookie` and listen on httpServerPort; returns (listening port, AdminContext)."""
-    metrics = BookieMetrics(bookie, factory)
-    bookie.metrics = metrics
-    if bookie.journal is not None:
-        bookie.journal.sync_latency_observer = metrics.journal_sync_observe
-    ctx = AdminContext(bookie, factory, meta, metrics)
-    interface = conf.get("listeningInterface") or "0.0.0.0"
-    port = reactor.listenTCP(conf.get("httpServerPort"), build_site(ctx), interface=interface)
+def start_http_server(reactor, conf, ctx: AdminContext, sock=None):
+    """Serve `ctx`'s endpoints on httpServerPort of the bookie's bind address (listeningInterface's address,
+    `bkfast.ids.bookie_address`), or on `sock`, a bound socket not yet listening; returns the listening port.
+
+    The metrics in `ctx` are made and handed to the Bookie by their owner (bkfast.server); this module
+    only exposes them."""
+    if sock is not None:
+        try:
+            sock.listen(50)
+            port = reactor.adoptStreamPort(sock.fileno(), sock.family, build_site(ctx))
+        finally:
+            sock.close()                # the port holds its own duplicate of the socket
+    else:
+        interface = bookie_address(conf).bind_host
+        port = reactor.listenTCP(conf.get("httpServerPort"), build_site(ctx), interface=interface)
     bound = port.getHost()
     log.info("admin HTTP server listening on %s:%d", bound.host, bound.port)
-    return port, ctx
+    return port

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 from bkfast.errors import StorageCorruptionError
+from bkfast.storage.files import fsync_dir
 
 __all__ = ["FileInfo", "START_OF_DATA", "SIGNATURE", "STATE_FENCED", "index_path", "parse_header", "build_header"]
 
@@ -226,8 +227,4 @@ def _fsync_dir(path: Path) -> None:
     while dirs[-1].name != "current" and len(dirs) < 5:
         dirs.append(dirs[-1].parent)
     for d in dirs:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(d)

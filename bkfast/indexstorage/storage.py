@@ -26,7 +26,6 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from bkfast.bookie.entrylogger import EntryLogger
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import (
     BKIllegalOpException,
@@ -35,6 +34,7 @@ from bkfast.errors import (
 )
 from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
 from bkfast.indexstorage.memtable import Memtable
+from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["IndexedLedgerStorage"]
 
@@ -131,6 +131,13 @@ class IndexedLedgerStorage:
 
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
         return missing_entry_error(self._cache.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
+
+    def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
+        """The entry if the memtable still holds it, else None; never touches the disk."""
+        memtable = self._memtable
+        if memtable is None or entry_id < 0:
+            return None
+        return memtable.get((scope_id, ledger_id), entry_id)
 
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         """The stored entry; entry_id -1 reads the last one. BKNoSuchLedgerExists / BKNoSuchEntry."""

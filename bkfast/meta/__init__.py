@@ -1,10 +1,21 @@
-"""Cluster metadata in ZooKeeper: layout/init/format, bookie registration, cookies (spec §5)."""
+"""Cluster metadata in ZooKeeper: layout/init/format, bookie registration, cookies (spec §5).
+
+The error classes and `split_bookie_id` are defined in `bkfast.errors` / `bkfast.ids` and re-exported here.
+Metadata drivers: the interface is `bkfast.meta.driver`, `bkfast.meta.factory` builds one for a URI.
+"""
+
+from bkfast.errors import (
+    BookieIdInUseError,
+    ClusterExistsError,
+    CookieError,
+    CookieMismatchError,
+    MetadataError,
+)
+from bkfast.ids import split_bookie_id
 
 from .cookies import (
     COOKIE_LAYOUT_VERSION,
     Cookie,
-    CookieError,
-    CookieMismatchError,
     bookie_dirs,
     check_local_cookies,
     check_or_create_cookies,
@@ -18,17 +29,13 @@ from .cookies import (
 )
 from .registration import (
     SCOPE_IDS_PROPERTY,
-    BookieIdInUseError,
     BookieRegistration,
     bookie_id,
     bookie_service_info,
-    split_bookie_id,
 )
 from .zk_layout import (
     MANAGER_FACTORIES,
-    ClusterExistsError,
     LedgerLayout,
-    MetadataError,
     format_layout,
     format_metadata,
     init_new_cluster,

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from .zk_layout import COOKIES, MetadataError, read_instance_id, zk_path
+from bkfast.errors import CookieError, CookieMismatchError
+
+from .zk_layout import COOKIES, read_instance_id, zk_path
 
 __all__ = [
     "Cookie", "CookieError", "CookieMismatchError", "COOKIE_LAYOUT_VERSION", "VERSION_FILENAME",
@@ -29,14 +31,6 @@ __all__ = [
 COOKIE_LAYOUT_VERSION = 5
 VERSION_FILENAME = "VERSION"
 CURRENT_DIR = "current"
-
-
-class CookieError(MetadataError):
-    """A cookie is missing, unreadable, or inconsistent between places."""
-
-
-class CookieMismatchError(CookieError):
-    """A stored cookie does not match this bookie's configuration."""
 
 
 def encode_dirs(dirs) -> str:

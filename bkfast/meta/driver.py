@@ -5,7 +5,8 @@ Two implementations: `bkfast.meta.zk_driver.ZkMetadataDriver` (kazoo; Java BookK
 that does I/O returns a Deferred that fires in the reactor thread; listeners are called in the reactor
 thread too. Errors are `bkfast.errors` client exceptions (BKNoSuchLedgerExistsException,
 BKLedgerExistException, BKMetadataVersionException, BKZKException / BKMetaStoreException for a store
-that cannot be reached within the operation's time bound).
+that cannot be reached within the operation's time bound). `bkfast.meta.factory` builds the driver for
+a URI; this module never imports an implementation (they import it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bkfast.ids import LedgerId
 
 from .ledger_metadata import LedgerMetadata
 
-__all__ = ["BookieInfo", "Versioned", "MetadataDriver", "open_metadata_driver", "Cancel"]
+__all__ = ["BookieInfo", "Versioned", "MetadataDriver", "Cancel"]
 
 Cancel = Callable[[], None]
 
@@ -114,20 +115,3 @@ class MetadataDriver(abc.ABC):
     @abc.abstractmethod
     def unregister_bookie(self, bookie_id: str) -> Deferred:
         """Remove this driver's registration of `bookie_id`."""
-
-
-def open_metadata_driver(uri: str, **options) -> MetadataDriver:
-    """A driver for ``zk://``, ``zk+<layout>://`` or ``embedded:///path``; call ``start()`` on it."""
-    scheme = uri.split(":", 1)[0].lower()
-    if scheme == "embedded":
-        from .embedded import EmbeddedMetadataDriver
-
-        return EmbeddedMetadataDriver(uri, **options)
-    if scheme == "zk" or scheme.startswith("zk+"):
-        from .zk_driver import ZkMetadataDriver
-
-        return ZkMetadataDriver(uri, **options)
-    from .zk_layout import MetadataError
-
-    raise MetadataError(f"unsupported metadata service URI {uri!r}: expected zk+hierarchical://host:port/ledgers, "
-                        "zk://..., zk+flat://..., zk+longhierarchical://... or embedded:///path")

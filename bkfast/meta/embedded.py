@@ -27,13 +27,13 @@ from bkfast.errors import (
     BKMetadataVersionException,
     BKMetaStoreException,
     BKNoSuchLedgerExistsException,
+    MetadataError,
 )
 from bkfast.ids import LedgerId
 
 from .driver import Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
 from .zk_driver import bookie_info_from_data, new_ctoken
-from .zk_layout import MetadataError
 
 __all__ = ["EmbeddedMetadataDriver", "open_stores"]
 
@@ -167,6 +167,12 @@ class EmbeddedMetadataDriver(MetadataDriver):
                 os.makedirs(self.path, exist_ok=True)
                 store = _Store(self.path)
             except Exception as e:
+                if "lock" in str(e).lower():
+                    # RocksDB's LOCK: another process (a running sandbox) has this store open.
+                    return defer.fail(BKMetaStoreException(
+                        f"the embedded metadata store at {self.path} is in use by another process: embedded "
+                        "metadata serves one process; start the sandbox with --zk and use its zk+hierarchical:// "
+                        "URI to connect from other processes"))
                 return defer.fail(BKMetaStoreException(f"cannot open the embedded metadata store at {self.path}: {e}"))
             _STORES[self.path] = store
             log.info("embedded metadata store opened at %s", self.path)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 
+from bkfast.errors import MetadataError
 from bkfast.ids import LedgerId
 
-from .zk_layout import MetadataError, zk_path
+from .zk_layout import zk_path
 
 __all__ = [
     "LAYOUTS", "RESERVED_NAMES", "SCOPED", "SHORT_ID_LIMIT", "is_reserved", "short_path", "long_path",

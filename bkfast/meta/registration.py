@@ -9,16 +9,17 @@ use from a thread, not the reactor.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from bkfast.errors import BookieIdInUseError, MetadataError
+from bkfast.ids import split_bookie_id
 from bkfast.proto import BookieServiceInfoFormat
 
-from .zk_layout import AVAILABLE, READONLY, MetadataError, zk_path
+from .zk_layout import AVAILABLE, READONLY, zk_path
 
 __all__ = ["bookie_id", "bookie_service_info", "BookieRegistration", "BookieIdInUseError",
            "SCOPE_IDS_PROPERTY", "split_bookie_id"]
@@ -28,33 +29,12 @@ log = logging.getLogger(__name__)
 SCOPE_IDS_PROPERTY = "bkfast.scopeIds"
 
 
-class BookieIdInUseError(MetadataError):
-    """Another live bookie (ZooKeeper session) holds this bookie id's registration."""
-
-
 def bookie_id(conf) -> str:
-    """``bookieId`` if set, else ``advertisedAddress or (hostname if useHostNameAsBookieID else IP)``:port."""
-    explicit = conf.get("bookieId")
-    if explicit:
-        return explicit
-    host = conf.get("advertisedAddress")
-    if not host:
-        fqdn = socket.getfqdn()
-        if conf.get("useHostNameAsBookieID"):
-            host = fqdn
-        else:
-            try:
-                host = socket.gethostbyname(fqdn)
-            except OSError:
-                host = socket.gethostbyname(socket.gethostname())
-    return f"{host}:{conf.get('bookiePort')}"
+    """``bookieId`` if set, else ``<advertisedAddress, or listeningInterface's address, or the host's
+    (its host name with useHostNameAsBookieID)>:<bookiePort>`` (bkfast.ids.bookie_address)."""
+    from bkfast.ids import bookie_address
 
-
-def split_bookie_id(bid: str) -> tuple[str, int]:
-    host, sep, port = bid.rpartition(":")
-    if not sep or not port.isdigit():
-        raise MetadataError(f"bookie id {bid!r} is not host:port")
-    return host.strip("[]"), int(port)
+    return bookie_address(conf).bookie_id
 
 
 def bookie_service_info(host: str, port: int, properties: dict[str, str] | None = None,

@@ -39,20 +39,20 @@ from bkfast.errors import (
     BKMetadataVersionException,
     BKNoSuchLedgerExistsException,
     BKZKException,
+    MetadataError,
 )
-from bkfast.ids import LedgerId
+from bkfast.ids import LedgerId, split_bookie_id
 from bkfast.proto import BookieServiceInfoFormat
 
 from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
-from .registration import BookieRegistration, split_bookie_id
+from .registration import BookieRegistration
 from .zk_idgen import IDGEN_LONG, ZkIdGeneration
 from .zk_layout import (
     AVAILABLE,
     LAYOUT,
     READONLY,
-    MetadataError,
     parse_layout,
     parse_metadata_service_uri,
     zk_path,
@@ -473,9 +473,10 @@ class ZkMetadataDriver(ZkIdGeneration, MetadataDriver):
 
             def failed(f):
                 flags["running"] = False
+                if flags["cancelled"] or self._closed:
+                    return              # the read was cut short by close(): nothing to report or retry
                 log.warning("reading the registered bookies failed: %s; retrying", f.getErrorMessage())
-                if not flags["cancelled"] and not self._closed:
-                    reactor.callLater(0.5, refresh)
+                reactor.callLater(0.5, refresh)
             d.addCallbacks(done, failed)
 
         def on_children(children):                         # kazoo's thread

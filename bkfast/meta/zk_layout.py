@@ -14,20 +14,14 @@ from urllib.parse import urlsplit
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from bkfast.errors import ClusterExistsError, MetadataError
+
 __all__ = [
     "MetadataError", "ClusterExistsError", "LedgerLayout", "LAYOUT_FORMAT_VERSION", "MANAGER_FACTORIES",
     "AVAILABLE", "READONLY", "COOKIES", "INSTANCEID", "LAYOUT", "IDGEN",
     "init_new_cluster", "format_metadata", "read_layout", "read_instance_id", "parse_layout",
     "format_layout", "parse_metadata_service_uri", "metadata_from_conf", "zk_path",
 ]
-
-
-class MetadataError(RuntimeError):
-    """A metadata (ZooKeeper / cookie / registration) problem with a message meant for an operator."""
-
-
-class ClusterExistsError(MetadataError):
-    """initnewcluster / metaformat refused: the cluster's root already exists."""
 
 
 AVAILABLE = "available"

@@ -407,7 +407,7 @@ class BookieChannel(protocol.Protocol):
                 req.errback(error_for_v2_rc(rc, req.context(self.bookie_id)))
         else:
             log.warning("bookie %s sent an unexpected v2 response (opcode %d, ledger %d, entry %d)",
-                        self.bookie_id, op, ledger_id, entry_id)
+                      self.bookie_id, op, ledger_id, entry_id)
 
     def _pop_read(self, ledger_id: int, entry_id: int):
         reads = self.reads
@@ -422,8 +422,9 @@ class BookieChannel(protocol.Protocol):
 
     def _stray(self, req, op: str, ledger_id: int, entry_id: int) -> None:
         if req is None:
-            log.warning("bookie %s answered a %s of ledger %d entry %d that is not pending; ignored",
-                        self.bookie_id, op, ledger_id, entry_id)
+            # Answers to adds a failed handle already gave up on arrive here: normal, hence debug.
+            log.debug("bookie %s sent an answer to %s of ledger %d entry %d, which is not pending; ignored",
+                      self.bookie_id, op, ledger_id, entry_id)
         else:
             log.debug("late %s answer from bookie %s for ledger %d entry %d (timed out); ignored",
                       op, self.bookie_id, ledger_id, entry_id)

@@ -44,6 +44,7 @@ from bkfast.errors import (
     BKIncorrectParameterException,
     BKUnauthorizedAccessException,
 )
+from bkfast.ids import DEFERRED_SYNC, scope_field, split_bookie_id
 from bkfast.net.bookie_channel import (
     CLOSED,
     K_ADD,
@@ -62,31 +63,14 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BookieClient", "LongPollResult", "ReadLacResult", "PendingRequest", "split_bookie_id"]
+__all__ = ["BookieClient", "LongPollResult", "ReadLacResult", "PendingRequest"]
 
 HIGH_PRIORITY = 100          # BKPacketHeader.priority Java sets for FLAG_HIGH_PRIORITY requests
-DEFERRED_SYNC = 1            # AddRequest.writeFlags
 TOTAL_DISK_CAPACITY = 0x01
 FREE_DISK_SPACE = 0x02
-_MAX_SCOPE = (1 << 64) - 1
 _INF = math.inf
 _monotonic = time.monotonic
 _len = struct.Struct(">I").pack
-
-
-def split_bookie_id(bookie_id: str) -> tuple[str, int]:
-    """The default resolver: "host:port" -> (host, port)."""
-    host, sep, port = bookie_id.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bookie id {bookie_id!r} is not host:port")
-    return host.strip("[]"), int(port)
-
-
-def scope_field(scope_id: int) -> int:
-    """ledgerScopeId is an int64 on the wire: the unsigned scope's two's complement."""
-    if not 0 <= scope_id <= _MAX_SCOPE:
-        raise BKIncorrectParameterException(f"scope id {scope_id} is outside 0..2^64-1")
-    return scope_id if scope_id < (1 << 63) else scope_id - (1 << 64)
 
 
 def _frame(request) -> bytes:

@@ -2,65 +2,68 @@
 
 Owns: framing (Cython FrameSplitter), telling v3 from v2 per connection (spec §2.1: every connection
 starts in v3 mode and falls back to v2 for good on the first frame that is not a complete v3 `Request`),
-dispatching requests to the Bookie, and writing responses coalesced per connection.
+dispatching requests to the Bookie, writing responses coalesced per connection, and every bound that
+keeps one connection from hurting the others.
+
+The reactor never waits:
+- The requests of one socket read are handled in runs: consecutive ADDs (v2, or v3 without
+  DEFERRED_SYNC) are decoded in one Cython call and go to `Bookie.add_entries` as one batch; consecutive
+  plain READs are answered from the storage's memory caches in one Cython call (bkfast.net.v2_handler,
+  bkfast.net.v3_handler). Anything else takes the general path, in arrival order.
+- A read that memory cannot answer runs on the read pool (`numReadWorkerThreads`, bkfast.net.read_pool);
+  its answer comes back in the pool's batched delivery. Long-poll waits are reactor timers.
+- When the write cache or the journal queue is full, the Bookie refuses the adds at once
+  (StorageBusyError): the connection keeps the rest of its frames, stops reading its socket, and goes on
+  when the Bookie announces room; adds still waiting after `dbStorage_maxThrottleTimeMs` are answered
+  ETOOMANYREQUESTS.
+- Output is bounded per connection: a run of reads stops once `serverConnectionOutputLimitBytes` of
+  answers are queued; the connection is the transport's streaming producer, so once Twisted's buffer is
+  full it stops taking requests (and reading its socket) until the peer drains it, and a peer that does
+  not drain within `waitTimeoutOnResponseBackpressureMs` is disconnected. Reads queued on the pool per
+  connection are bounded too, so late answers cannot pile up either.
 
 Threads: everything here runs on the reactor thread. The Bookie is built by the server's owner with
 `dispatcher=make_dispatcher(reactor)`, so each journal group commit comes back in ONE callFromThread;
 completions append to their connection's FrameBuilder and mark it dirty, and every dirty connection is
-flushed with ONE transport.write in a callLater(0) after the batch.
-
-Reads run inline on the reactor: DbLedgerStorage reads are served from memory (write cache, read-ahead
-cache) or a pread of an entry log, which is short enough not to warrant a thread hop.
+flushed with ONE transport.write right after the batch.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import struct
-import time
 import weakref
 
 from twisted.internet import protocol
 
-from bkfast.codec import (
-    FLAG_DO_FENCING,
-    FLAG_HIGH_PRIORITY,
-    FLAG_RECOVERY_ADD,
-    OP_ADD,
-    OP_AUTH,
-    OP_BATCH_READ,
-    OP_READ,
-    FrameBuilder,
-    FrameSplitter,
-    decode_request,
-    decode_v2_adds,
-)
-from bkfast.errors import (
-    BKError,
-    BKNoSuchEntryException,
-    FrameError,
-    V2Rc,
-    v2_rc_for,
-)
-from bkfast.net import v3_handler
+from bkfast.codec import FrameBuilder, FrameSplitter
+from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyError
+from bkfast.net import v2_handler, v3_handler
+from bkfast.net.read_pool import ReadPool
 
 log = logging.getLogger(__name__)
 
 # Pause reading from a connection with this many adds in flight; resume below half of it.
 CONNECTION_MAX_INFLIGHT_ADDS = 10000
-AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
+# Reads of one connection queued on the read pool or waiting as long polls before it stops taking more.
+CONNECTION_MAX_PENDING_READS = 512
 RECV_BUFFER_SIZE = 256 * 1024  # bytes per socket read (Twisted's default is 64 KiB)
-_HEADER = struct.Struct(">I")
 
-
-def v2_header(version: int, opcode: int) -> int:
-    """Java's PacketHeader.toInt for a response: version 0 (legacy) is the bare opcode."""
-    return opcode if version == 0 else ((version & 0xFF) << 24) | ((opcode & 0xFF) << 16)
+# Block reasons: why a connection takes no more requests for now.
+ROOM = "room"          # write cache / journal queue full
+OUTPUT = "output"      # the peer does not read its answers fast enough
+ADDS = "adds"          # too many adds in flight on this connection
+READS = "reads"        # too many reads queued on the pool for this connection
 
 
 # Live server factories: a dispatched journal batch flushes their dirty connections right after it ran.
 _FACTORIES: weakref.WeakSet = weakref.WeakSet()
+
+
+def flush_all() -> None:
+    for factory in list(_FACTORIES):
+        if factory._dirty:
+            factory.flush()
 
 
 def _run_and_flush(run, batch) -> None:
@@ -69,21 +72,12 @@ def _run_and_flush(run, batch) -> None:
     finally:
         # The batch's acknowledgements go out now, one write per connection, instead of one reactor
         # iteration later (callLater(0)): ~10% of a flush-when-empty add's latency.
-        for factory in list(_FACTORIES):
-            if factory._dirty:
-                factory.flush()
+        flush_all()
 
 
 def make_dispatcher(reactor):
     """The Bookie's `dispatcher`: hand a whole journal batch to the reactor in ONE callFromThread."""
     return lambda run, batch: reactor.callFromThread(_run_and_flush, run, batch)
-
-
-def lac_of_buffer(buf: bytes) -> int:
-    """The LAC inside an explicit-LAC buffer (spec §3.5; scoped layout when the top bit is set)."""
-    if buf and buf[0] & 0x80:
-        return struct.unpack_from(">q", buf, 17)[0] if len(buf) >= 25 else -1
-    return struct.unpack_from(">q", buf, 8)[0] if len(buf) >= 16 else -1
 
 
 class BookieServerFactory(protocol.ServerFactory):
@@ -99,21 +93,34 @@ class BookieServerFactory(protocol.ServerFactory):
         self.max_frame_size = conf.get("nettyMaxFrameSizeBytes")
         self.max_pending_adds = conf.get("maxPendingAddRequestsPerThread") or 0
         self.tcp_no_delay = conf.get("serverTcpNoDelay")
+        self.output_limit = conf.get("serverConnectionOutputLimitBytes")
+        backpressure_ms = conf.get("waitTimeoutOnResponseBackpressureMs")
+        self.backpressure_timeout_s = backpressure_ms / 1000.0 if backpressure_ms > 0 else None
+        self.throttle_s = max(conf.get("dbStorage_maxThrottleTimeMs"), 0) / 1000.0
         self.pending_adds = 0
         # A Bookie takes a whole read's ADDs in one call; anything else (test doubles) one add at a time.
         self.batch_adds = hasattr(bookie, "add_entries")
+        self.read_cached = getattr(bookie, "read_entry_cached", None)
         self.connections: set[BookieServerProtocol] = set()
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None
+        self._waiting_for_room: set[BookieServerProtocol] = set()
         _FACTORIES.add(self)
-        # Long-poll reads waiting for a ledger's LAC to pass a value: (scope, ledger) -> [watcher].
-        self._lac_watchers: dict[tuple[int, int], list] = {}
-        self._lac_update_ms: dict[tuple[int, int], int] = {}
+        threads = conf.get("numReadWorkerThreads")
+        self.read_pool = ReadPool(reactor, threads, conf.get("maxPendingReadRequestsPerThread"),
+                                  flush_all) if threads > 0 else None
+        if hasattr(bookie, "set_room_listener"):
+            bookie.set_room_listener(lambda: reactor.callFromThread(self.room_available))
 
     def buildProtocol(self, addr):
         p = BookieServerProtocol(self)
         p.factory = self
         return p
+
+    def stopFactory(self):
+        if self.read_pool is not None:
+            self.read_pool.stop()
+            self.read_pool = None
 
     # --- coalesced writes -----------------------------------------------------------------------
     def mark_dirty(self, conn: BookieServerProtocol) -> None:
@@ -129,52 +136,15 @@ class BookieServerFactory(protocol.ServerFactory):
         for conn in dirty:
             conn.flush()
 
-    # --- LAC tracking for long-poll reads ------------------------------------------------------
-    def known_lac(self, scope_id: int, ledger_id: int) -> int:
-        """max(LAC of the last stored entry, explicit LAC); raises BKNoSuchLedgerExists."""
-        lac = -1
-        try:
-            lac = self.bookie.read_last_add_confirmed(ledger_id, scope_id)
-        except BKNoSuchEntryException:
-            pass
-        explicit = self.bookie.get_explicit_lac(ledger_id, scope_id)
-        if explicit:
-            lac = max(lac, lac_of_buffer(explicit))
-        return lac
+    # --- room for adds ----------------------------------------------------------------------------
+    def wait_for_room(self, conn: BookieServerProtocol) -> None:
+        self._waiting_for_room.add(conn)
 
-    def lac_update_time(self, scope_id: int, ledger_id: int) -> int:
-        return self._lac_update_ms.get((scope_id, ledger_id), int(time.time() * 1000))
-
-    def lac_changed(self, scope_id: int, ledger_id: int) -> None:
-        key = (scope_id, ledger_id)
-        self._lac_update_ms[key] = int(time.time() * 1000)
-        watchers = self._lac_watchers.pop(key, None)
-        if not watchers:
-            return
-        try:
-            lac = self.known_lac(scope_id, ledger_id)
-        except BKError:
-            lac = None
-        still: list = []
-        for watcher in watchers:
-            if watcher.done:
-                continue
-            if lac is not None and lac > watcher.previous_lac:
-                watcher.fire()
-            else:
-                still.append(watcher)
-        if still:
-            self._lac_watchers.setdefault(key, []).extend(still)
-
-    def watch_lac(self, scope_id: int, ledger_id: int, watcher) -> None:
-        self._lac_watchers.setdefault((scope_id, ledger_id), []).append(watcher)
-
-    def unwatch_lac(self, scope_id: int, ledger_id: int, watcher) -> None:
-        watchers = self._lac_watchers.get((scope_id, ledger_id))
-        if watchers and watcher in watchers:
-            watchers.remove(watcher)
-            if not watchers:
-                del self._lac_watchers[(scope_id, ledger_id)]
+    def room_available(self) -> None:
+        waiting, self._waiting_for_room = self._waiting_for_room, set()
+        for conn in waiting:
+            conn.unblock(ROOM)
+        self.flush()
 
     # --- disk info ------------------------------------------------------------------------------
     def disk_space(self) -> tuple[int, int]:
@@ -206,8 +176,17 @@ class BookieServerProtocol(protocol.Protocol):
         self.v2 = False
         self.connected = False
         self.inflight_adds = 0
-        self.paused = False
+        self.pending_reads = 0
+        # ledger id -> reads of it queued on the read pool: its later reads queue behind them (in order).
+        self.reading_ledgers: dict[int, int] = {}
         self.peer = "?"
+        # Frames received but not handled yet (the connection is blocked), and the first of them.
+        self.held: list = []
+        self.held_at = 0
+        self.blocked: set[str] = set()
+        self.reading_paused = False
+        self.room_deadline: float | None = None
+        self._backpressure_timer = None
 
     # --- connection lifecycle -----------------------------------------------------------------
     def connectionMade(self):
@@ -228,10 +207,19 @@ class BookieServerProtocol(protocol.Protocol):
                 self.transport.setTcpNoDelay(True)
             except Exception:
                 pass
+        # Twisted calls pauseProducing when its write buffer passes bufferSize, resumeProducing once the
+        # peer has drained it: the connection's output bound.
+        try:
+            self.transport.registerProducer(self, True)
+        except Exception:  # a transport without producer support (test doubles)
+            pass
 
     def connectionLost(self, reason=None):
         self.connected = False
         self.factory.connections.discard(self)
+        self.factory._waiting_for_room.discard(self)
+        self.held = []
+        self._cancel_backpressure_timer()
 
     def close(self, why: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, why)
@@ -250,6 +238,67 @@ class BookieServerProtocol(protocol.Protocol):
         if self.connected:
             self.factory.mark_dirty(self)
 
+    # --- the transport's producer interface (output bound) ----------------------------------------
+    def pauseProducing(self):
+        self.block(OUTPUT)
+        timeout = self.factory.backpressure_timeout_s
+        if timeout is not None and self._backpressure_timer is None:
+            self._backpressure_timer = self.factory.reactor.callLater(timeout, self._backpressure_expired)
+
+    def resumeProducing(self):
+        self._cancel_backpressure_timer()
+        self.unblock(OUTPUT)
+
+    def stopProducing(self):
+        self.connected = False
+
+    def _cancel_backpressure_timer(self) -> None:
+        timer, self._backpressure_timer = self._backpressure_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+
+    def _backpressure_expired(self) -> None:
+        self._backpressure_timer = None
+        if self.connected and OUTPUT in self.blocked:
+            log.warning("closing connection from %s: it has not read its answers for %.1f s "
+                        "(waitTimeoutOnResponseBackpressureMs)", self.peer, self.factory.backpressure_timeout_s)
+            self.connected = False
+            self.held = []
+            self.out.take()
+            self.transport.abortConnection()
+
+    # --- blocking: hold frames, stop reading, go on later ------------------------------------------
+    def block(self, reason: str) -> None:
+        self.blocked.add(reason)
+        if not self.reading_paused and self.connected:
+            self.reading_paused = True
+            self.transport.pauseProducing()
+
+    def unblock(self, reason: str) -> None:
+        if reason not in self.blocked:
+            return
+        self.blocked.discard(reason)
+        if self.blocked or not self.connected:
+            return
+        self.process_held()
+        if not self.blocked and self.reading_paused and self.connected:
+            self.reading_paused = False
+            self.transport.resumeProducing()
+
+    def hold(self, frames: list, start: int) -> None:
+        """Keep frames[start:] for later (the connection just blocked)."""
+        if frames is self.held:
+            self.held_at = start
+        else:
+            self.held = frames
+            self.held_at = start
+
+    def process_held(self) -> None:
+        frames, start = self.held, self.held_at
+        self.held, self.held_at = [], 0
+        if start < len(frames):
+            self.process(frames, start)
+
     # --- input ----------------------------------------------------------------------------------
     def dataReceived(self, data):
         if not self.connected:
@@ -257,94 +306,69 @@ class BookieServerProtocol(protocol.Protocol):
         try:
             frames = self.splitter.feed(data)
         except FrameError as err:
-            for frame in err.frames:
-                if not self.connected:
-                    return
-                self.handle_frame(frame)
+            frames = err.frames
+            if self.held or self.blocked:
+                self.held = self.held[self.held_at:] + frames
+                self.held_at = 0
+                frames = []
+            if frames:
+                self.process(frames, 0)
             if self.connected:
                 self.close(f"bad frame: {err}")
             return
-        batch = self.factory.batch_adds
-        if self.v2 and batch:
-            self.handle_v2_frames(frames)
+        if self.held or self.blocked:
+            # Frames that arrived before the pause took effect queue behind the held ones.
+            self.held = self.held[self.held_at:] + frames
+            self.held_at = 0
             return
-        for i, frame in enumerate(frames):
-            if not self.connected:
-                return
-            if self.v2 and batch:  # fell back to v2 on an earlier frame of this read: batch the rest
-                self.handle_v2_frames(frames[i:])
-                return
-            self.handle_frame(frame)
+        self.process(frames, 0)
 
-    def handle_v2_frames(self, frames: list) -> None:
-        """All frames of one read on a v2 connection: each run of consecutive ADDs is decoded in one
-        Cython call and goes to the Bookie as ONE batch (one journal enqueue, one completion); any other
-        frame goes through decode_request/handle_v2 after the ADDs before it, so requests reach the
-        Bookie in arrival order."""
-        i, n = 0, len(frames)
-        limit = self.factory.max_pending_adds
+    def process(self, frames: list, i: int) -> None:
+        """Handle frames[i:] in order, in runs; stop (and hold the rest) when the connection blocks."""
+        n = len(frames)
+        limit = self.factory.output_limit
         while i < n:
-            adds, ids, j = decode_v2_adds(frames, i)
-            if adds:
-                if limit > 0:
-                    room = limit - self.factory.pending_adds
-                    if room < len(adds):
-                        room = max(room, 0)
-                        for ledger_id, entry_id, version in ids[room:]:
-                            self.add_response(V2Rc.ETOOMANYREQUESTS, ledger_id, entry_id, version)
-                        self.respond()
-                        adds, ids = adds[:room], ids[:room]
-                if adds:
-                    self.submit_adds(adds, ids)
-            if j >= n or not self.connected:
-                return
-            self.handle_v2_frame(frames[j])
             if not self.connected:
                 return
-            i = j + 1
+            if self.blocked:
+                self.hold(frames, i)
+                return
+            if len(self.out) >= limit:
+                # Hand the answers to Twisted now: past its buffer size it pauses this connection.
+                self.flush()
+                if self.blocked:
+                    self.hold(frames, i)
+                    return
+            if self.v2:
+                i = v2_handler.handle_run(self, frames, i)
+            else:
+                i = v3_handler.handle_run(self, frames, i)
+        if len(self.out):
+            self.respond()
 
-    def handle_v2_frame(self, frame: bytes) -> None:
-        """One v2 frame that is not a plain ADD (or is an ADD the batch decoder left to this path)."""
-        try:
-            r = decode_request(frame)
-        except (FrameError, BKError, ValueError) as err:
-            self.close(f"undecodable v2 frame: {err}")
-            return
-        try:
-            self.handle_v2(r)
-        except Exception as err:
-            log.exception("v2 request failed")
-            self.close(f"v2 request failed: {err}")
-
-    def submit_adds(self, adds: list, ids: list) -> None:
-        """Hand a batch of v2 ADDs to the Bookie; answer each once durable (or refused)."""
+    # --- adds -------------------------------------------------------------------------------------
+    def submit_adds(self, adds: list, ids: list, answer) -> int:
+        """Hand a batch of decoded ADDs to the Bookie; `answer(error, ids)` writes the responses once they
+        are durable (or refused). Returns how many of them were taken: fewer than len(adds) when the
+        Bookie had no room for the rest, which the caller holds (the connection is blocked)."""
+        frames_in_run = len(adds)
+        limit = self.factory.max_pending_adds
+        if limit > 0:
+            room = max(limit - self.factory.pending_adds, 0)
+            if room < len(adds):
+                answer(TOO_MANY, ids[room:])
+                adds, ids = adds[:room], ids[:room]
+                if not adds:
+                    return frames_in_run
         n = len(adds)
         self.inflight_adds += n
         self.factory.pending_adds += n
-        if not self.paused and self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
-            self.paused = True
-            self.transport.pauseProducing()
 
         def done(accepted, error):
-            if accepted is None:
-                done_ids = ids
-            else:
-                done_ids = [ids[i] for i in accepted]
+            done_ids = ids if accepted is None else [ids[i] for i in accepted]
             self.adds_finished(len(done_ids))
-            if error is None:
-                rc = V2Rc.EOK
-                lac_changed = self.factory.lac_changed
-                for ledger_id in {t[0] for t in done_ids}:   # once per ledger per batch
-                    lac_changed(0, ledger_id)
-            else:
-                rc = v2_rc_for(error)
             if self.connected:
-                add_response = self.out.add_add_response
-                for ledger_id, entry_id, version in done_ids:
-                    if version == 0:
-                        self.add_response(rc, ledger_id, entry_id, version)
-                    else:
-                        add_response(rc, ledger_id, entry_id, version)
+                answer(error, done_ids)
                 self.respond()
 
         try:
@@ -352,44 +376,42 @@ class BookieServerProtocol(protocol.Protocol):
         except Exception as err:  # a bug: fail the whole batch rather than leave adds unanswered
             log.exception("add batch of %d entries failed", n)
             failures = [(i, err) for i in range(n)]
+        taken = frames_in_run
         if failures:
             self.adds_finished(len(failures))
-            if self.connected:
-                for i, error in failures:
-                    ledger_id, entry_id, version = ids[i]
-                    self.add_response(v2_rc_for(error), ledger_id, entry_id, version)
-                self.respond()
+            busy_from = None
+            refused: dict = {}
+            for i, error in failures:
+                if isinstance(error, StorageBusyError):
+                    if busy_from is None:
+                        busy_from = i
+                    continue
+                refused.setdefault(error, []).append(ids[i])
+            for error, refused_ids in refused.items():
+                answer(error, refused_ids)
+            if busy_from is not None:
+                now = self.factory.reactor.seconds()
+                if self.room_deadline is None:
+                    self.room_deadline = now + self.factory.throttle_s
+                if now >= self.room_deadline:
+                    # Waited dbStorage_maxThrottleTimeMs for room: refuse these, as Java's throttle does.
+                    answer(TOO_MANY, ids[busy_from:])
+                else:
+                    taken = busy_from
+                    self.factory.wait_for_room(self)
+                    self.block(ROOM)
+            self.respond()
+        if taken == frames_in_run:
+            self.room_deadline = None
+        if ADDS not in self.blocked and self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
+            self.block(ADDS)
+        return taken
 
-    def handle_frame(self, frame: bytes) -> None:
-        if not self.v2:
-            request = v3_handler.parse_request(frame)
-            if request is not None:
-                try:
-                    v3_handler.handle(self, request)
-                except Exception as err:  # never let one request kill the connection's reactor loop
-                    log.exception("v3 request failed")
-                    self.close(f"v3 request failed: {err}")
-                return
-            self.v2 = True
-        try:
-            request = decode_request(frame)
-        except (FrameError, BKError, ValueError) as err:
-            # Java's decoder throws and the pipeline closes the connection.
-            self.close(f"undecodable v2 frame: {err}")
-            return
-        try:
-            self.handle_v2(request)
-        except Exception as err:
-            log.exception("v2 request failed")
-            self.close(f"v2 request failed: {err}")
-
-    # --- backpressure ---------------------------------------------------------------------------
     def add_started(self) -> None:
         self.inflight_adds += 1
         self.factory.pending_adds += 1
-        if not self.paused and self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
-            self.paused = True
-            self.transport.pauseProducing()
+        if self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
+            self.block(ADDS)
 
     def add_finished(self) -> None:
         self.adds_finished(1)
@@ -397,150 +419,61 @@ class BookieServerProtocol(protocol.Protocol):
     def adds_finished(self, n: int) -> None:
         self.inflight_adds -= n
         self.factory.pending_adds -= n
-        if self.paused and self.inflight_adds < CONNECTION_MAX_INFLIGHT_ADDS // 2:
-            self.paused = False
-            if self.connected:
-                self.transport.resumeProducing()
+        if ADDS in self.blocked and self.inflight_adds < CONNECTION_MAX_INFLIGHT_ADDS // 2:
+            self.unblock(ADDS)
 
     def too_many_adds(self) -> bool:
         limit = self.factory.max_pending_adds
         return limit > 0 and self.factory.pending_adds >= limit
 
-    # --- v2 ---------------------------------------------------------------------------------------
-    def handle_v2(self, r) -> None:
-        op = r.opcode
-        if r.version > 2 or r.version < 0:
-            self.v2_error(r, V2Rc.EBADVERSION)
+    # --- reads off the reactor --------------------------------------------------------------------
+    def read_async(self, ledger_id: int, read, deliver) -> None:
+        """Run read() on the read pool (inline when numReadWorkerThreads=0) and deliver(result or the
+        exception it raised) on the reactor. Reads of one ledger run in order."""
+        pool = self.factory.read_pool
+        if pool is None:
+            if not self.reading_ledgers.get(ledger_id):
+                self.reading_ledgers.pop(ledger_id, None)
+            try:
+                result = read()
+            except Exception as error:
+                result = error
+            deliver(result)
             return
-        if op == OP_ADD:
-            self.v2_add(r)
-        elif op == OP_READ:
-            self.v2_read(r)
-        elif op == OP_BATCH_READ:
-            self.v2_batch_read(r)
-        elif op == OP_AUTH:
-            self.v2_auth(r)
-        else:  # decode_request already refuses other opcodes
-            self.close(f"v2 opcode {op}")
 
-    # The FrameBuilder writes (version << 24 | op << 16) for every version; Java answers a legacy
-    # version-0 request with the bare opcode as header, so that rare case is built here.
-    def add_response(self, rc, ledger_id, entry_id, version) -> None:
-        if version == 0:
-            self.out.add_frame(struct.pack(">Iiqq", OP_ADD, rc, ledger_id, entry_id))
-        else:
-            self.out.add_add_response(rc, ledger_id, entry_id, version)
+        reading = self.reading_ledgers
 
-    def read_response(self, rc, ledger_id, entry_id, data, version) -> None:
-        if version == 0:
-            self.out.add_frame(struct.pack(">Iiqq", OP_READ, rc, ledger_id, entry_id) + bytes(data))
-        else:
-            self.out.add_read_response(rc, ledger_id, entry_id, data, version)
-
-    def batch_read_response(self, rc, ledger_id, start, request_id, entries, version) -> None:
-        if version == 0:
-            self.out.add_frame(struct.pack(">Iiqqq", OP_BATCH_READ, rc, ledger_id, start, request_id) +
-                               b"".join(struct.pack(">I", len(e)) + bytes(e) for e in entries))
-        else:
-            self.out.add_batch_read_response(rc, ledger_id, start, request_id, entries, version)
-
-    def v2_error(self, r, rc: int) -> None:
-        if r.opcode == OP_ADD:
-            self.add_response(rc, r.ledger_id, r.entry_id, r.version)
-        elif r.opcode == OP_READ:
-            self.read_response(rc, r.ledger_id, r.entry_id, b"", r.version)
-        elif r.opcode == OP_BATCH_READ:
-            self.batch_read_response(rc, r.ledger_id, r.entry_id, r.request_id, (), r.version)
-        else:
-            self.close(f"error {rc} for v2 opcode {r.opcode}")
-            return
-        self.respond()
-
-    def v2_add(self, r) -> None:
-        ledger_id, entry_id, version = r.ledger_id, r.entry_id, r.version
-        if r.entry_format != 1:
-            # v2 has no room for a scope (spec scope-ids "Wire"): refuse scoped entries.
-            self.v2_error(r, V2Rc.EBADREQ)
-            return
-        if self.too_many_adds():
-            self.v2_error(r, V2Rc.ETOOMANYREQUESTS)
-            return
-        self.add_started()
-
-        def done(error):
-            self.add_finished()
-            rc = V2Rc.EOK if error is None else v2_rc_for(error)
-            if error is None:
-                self.factory.lac_changed(0, ledger_id)
+        def delivered(result):
+            left = reading.get(ledger_id, 1) - 1
+            if left > 0:
+                reading[ledger_id] = left
+            else:
+                reading.pop(ledger_id, None)
+            self.reads_finished(1)
             if self.connected:
-                self.add_response(rc, ledger_id, entry_id, version)
+                deliver(result)
                 self.respond()
 
-        flags = r.flags
-        self.bookie.add_entry(r.entry, r.master_key, done, recovery=bool(flags & FLAG_RECOVERY_ADD),
-                              high_priority=bool(flags & (FLAG_HIGH_PRIORITY | FLAG_RECOVERY_ADD)))
-
-    def v2_fence_then(self, r, then) -> None:
-        """Fence (DO_FENCING) before a read; EUA without a key (spec §6.1)."""
-        if r.master_key is None:
-            self.v2_error(r, V2Rc.EUA)
+        if not pool.submit(ledger_id, read, delivered):
+            if not reading.get(ledger_id):
+                reading.pop(ledger_id, None)
+            deliver(TOO_MANY)
+            self.respond()
             return
+        reading[ledger_id] = reading.get(ledger_id, 0) + 1
+        self.reads_started(1)
 
-        def fenced(error):
-            if not self.connected:
-                return
-            if error is not None:
-                self.v2_error(r, v2_rc_for(error))
-            else:
-                then()
+    def reads_started(self, n: int) -> None:
+        self.pending_reads += n
+        if self.pending_reads >= CONNECTION_MAX_PENDING_READS:
+            self.block(READS)
 
-        self.bookie.fence(r.ledger_id, r.master_key, fenced)
-
-    def v2_read(self, r) -> None:
-        def read():
-            try:
-                data = self.bookie.read_entry(r.ledger_id, r.entry_id)
-            except Exception as error:
-                self.read_response(v2_rc_for(error), r.ledger_id, r.entry_id, b"", r.version)
-            else:
-                self.read_response(V2Rc.EOK, r.ledger_id, r.entry_id, data, r.version)
-            self.respond()
-
-        if r.flags & FLAG_DO_FENCING:
-            self.v2_fence_then(r, read)
-        else:
-            read()
-
-    def v2_batch_read(self, r) -> None:
-        def read():
-            entries = []
-            rc = V2Rc.EOK
-            frame_size = 24 + 8 + 4
-            max_count = max(r.max_count, 1)
-            for i in range(max_count):
-                try:
-                    data = self.bookie.read_entry(r.ledger_id, r.entry_id + i)
-                except Exception as error:
-                    if not entries:
-                        rc = v2_rc_for(error)
-                    break
-                frame_size += len(data) + 4
-                if entries and r.max_size > 0 and frame_size > r.max_size:
-                    break
-                entries.append(data)
-            self.batch_read_response(rc, r.ledger_id, r.entry_id, r.request_id, entries, r.version)
-            self.respond()
-
-        if r.flags & FLAG_DO_FENCING:
-            self.v2_fence_then(r, read)
-        else:
-            read()
-
-    def v2_auth(self, r) -> None:
-        body = _HEADER.pack(v2_header(r.version, OP_AUTH)) + v3_handler.auth_disabled_message()
-        self.out.add_frame(body)
-        self.respond()
+    def reads_finished(self, n: int) -> None:
+        self.pending_reads -= n
+        if READS in self.blocked and self.pending_reads < CONNECTION_MAX_PENDING_READS // 2:
+            self.unblock(READS)
 
 
-__all__ = ["BookieServerFactory", "BookieServerProtocol", "make_dispatcher", "v2_header",
-           "CONNECTION_MAX_INFLIGHT_ADDS"]
+TOO_MANY = BKTooManyRequestsException("the bookie is throttling requests: too many pending")
+
+__all__ = ["BookieServerFactory", "BookieServerProtocol", "make_dispatcher", "CONNECTION_MAX_INFLIGHT_ADDS"]

@@ -1,5 +1,11 @@
 """v3 (protobuf) request handling for the bookie server (spec §2).
 
+Runs of v3 ADD_ENTRY requests (without DEFERRED_SYNC) and of plain READ_ENTRY requests take the Cython
+fast path (bkfast._codec: decode_v3_adds, serve_v3_reads and FrameBuilder's v3 responses, byte-identical
+to protobuf's serialization); every other request is parsed with protobuf and handled here. Reads that
+may touch the disk go through the connection's read pool (`conn.read_async`); long-poll waits are reactor
+timers woken by the Bookie's LAC tracker when an entry reaches ledger storage.
+
 Responses: header VERSION_THREE with the request's operation and txnId (never its priority), outer
 status equal to the inner response's status, EBADREQ for unknown operations. `ledgerScopeId` (1000)
 is read from requests and echoed in responses only when it is not 0, so scope 0 is byte-identical
@@ -10,14 +16,15 @@ from __future__ import annotations
 
 import logging
 import struct
+from time import perf_counter
 
+from bkfast.codec import decode_v3_adds, serve_v3_reads
 from bkfast.errors import BKError, V3Status, v3_status_for
+from bkfast.ids import DEFERRED_SYNC, scope_field, scope_from_field
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_U64 = (1 << 64) - 1
-DEFERRED_SYNC = 1
 TOTAL_DISK_CAPACITY = 0x01
 FREE_DISK_SPACE = 0x02
 
@@ -35,6 +42,78 @@ def parse_request(frame: bytes):
     if not request.HasField("header") or not request.IsInitialized():
         return None
     return request
+
+
+def handle_run(conn, frames: list, i: int) -> int:
+    """Handle the run of frames that starts at frames[i] on a connection still in v3 mode; returns the
+    index of the first frame not handled. A frame that is not a v3 Request turns the connection to v2
+    for good and is left for the v2 handler (the returned index is i)."""
+    factory = conn.factory
+    if factory.batch_adds:
+        adds, ids, j = decode_v3_adds(frames, i)
+        if adds:
+            return i + conn.submit_adds(adds, ids, lambda error, done_ids: answer_adds(conn, error, done_ids))
+    lookup = factory.read_cached
+    if lookup is not None:
+        t0 = perf_counter()
+        j, misses = serve_v3_reads(frames, i, conn.out, lookup, _lac_of(conn.bookie), conn.reading_ledgers,
+                                   factory.output_limit)
+        if j > i:
+            conn.bookie.count_reads_from_memory(j - i - len(misses), perf_counter() - t0)
+            for ledger_id, entry_id, txn, scope in misses:
+                _plain_read(conn, ledger_id, entry_id, scope, _FastReply(conn, txn))
+            return j
+    request = parse_request(frames[i])
+    if request is None:
+        conn.v2 = True
+        return i
+    try:
+        handle(conn, request)
+    except Exception as err:  # never let one request kill the connection's reactor loop
+        log.exception("v3 request failed")
+        conn.close(f"v3 request failed: {err}")
+    return i + 1
+
+
+def _lac_of(bookie):
+    known = bookie.known_lac
+
+    def lac_of(scope_id, ledger_id):
+        try:
+            return known(scope_id, ledger_id)
+        except BKError:
+            return -1
+
+    return lac_of
+
+
+def answer_adds(conn, error, ids) -> None:
+    status = V3Status.EOK if error is None else int(v3_status_for(error))
+    add_response = conn.out.add_v3_add_response
+    for ledger_id, entry_id, txn, scope in ids:
+        add_response(status, ledger_id, entry_id, txn, scope)
+
+
+class _FastReply:
+    """The reply of a fast-path READ_ENTRY answered later (after a read on the pool)."""
+
+    __slots__ = ("conn", "txn")
+
+    def __init__(self, conn, txn):
+        self.conn = conn
+        self.txn = txn
+
+    def send(self, status: int, field: str | None = None, **inner) -> None:
+        conn = self.conn
+        if not conn.connected:
+            return
+        body = inner.get("body")
+        max_lac = inner.get("maxLAC")
+        ts = inner.get("lacUpdateTimestamp")
+        conn.out.add_v3_read_response(status, inner.get("ledgerId", 0), inner.get("entryId", 0), self.txn, body,
+                                      max_lac is not None, max_lac or 0, ts is not None, ts or 0,
+                                      inner.get("scope", 0))
+        conn.respond()
 
 
 def auth_disabled_message() -> bytes:
@@ -59,12 +138,12 @@ def _status(error) -> int:
 
 
 def _scope(msg) -> int:
-    return msg.ledgerScopeId & _U64 if msg.HasField("ledgerScopeId") else 0
+    return scope_from_field(msg.ledgerScopeId) if msg.HasField("ledgerScopeId") else 0
 
 
 def _set_scope(msg, scope_id: int) -> None:
     if scope_id:
-        msg.ledgerScopeId = scope_id if scope_id < (1 << 63) else scope_id - (1 << 64)
+        msg.ledgerScopeId = scope_field(scope_id)
 
 
 class _Reply:
@@ -133,8 +212,6 @@ def _add(conn, request, reply) -> None:
 
     def done(error):
         conn.add_finished()
-        if error is None:
-            conn.factory.lac_changed(scope, ledger_id)
         reply.send(_status(error), "addResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
 
     recovery = a.HasField("flag") and a.flag == pb.AddRequest.RECOVERY_ADD
@@ -143,28 +220,44 @@ def _add(conn, request, reply) -> None:
                           high_priority=recovery or request.header.priority > 0)
 
 
+def _plain_read(conn, ledger_id: int, entry_id: int, scope: int, reply, with_lac: bool = True) -> None:
+    """Read one entry (the read pool when memory does not have it) and answer it; Java sets maxLAC (the
+    bookie's known LAC) on successful reads, except fencing reads."""
+    bookie = conn.bookie
+
+    def send(result):
+        if isinstance(result, BaseException):
+            reply.send(_status(result), "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
+            return
+        max_lac = None
+        if with_lac:
+            try:
+                max_lac = bookie.known_lac(scope, ledger_id)
+            except BKError as error:
+                reply.send(_status(error), "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
+                return
+        reply.send(V3Status.EOK, "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope, body=result,
+                   maxLAC=max_lac)
+
+    cached = bookie.read_entry_cached(ledger_id, entry_id, scope) if hasattr(bookie, "read_entry_cached") else None
+    if cached is not None:
+        send(cached)
+        return
+    conn.read_async(ledger_id, lambda: bookie.read_entry(ledger_id, entry_id, scope), send)
+
+
 def _read(conn, request, reply) -> None:
     if not request.HasField("readRequest"):
         reply.send(V3Status.EBADREQ)
         return
     r = request.readRequest
     ledger_id, entry_id, scope = r.ledgerId, r.entryId, _scope(r)
-    factory = conn.factory
+    bookie = conn.bookie
     fence = r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER
     piggyback = r.HasField("flag") and r.flag == pb.ReadRequest.ENTRY_PIGGYBACK
 
     def send_read(status, **kw):
         reply.send(status, "readResponse", ledgerId=ledger_id, scope=scope, **kw)
-
-    def plain_read(with_lac=True):
-        # Java sets maxLAC (the bookie's known LAC) on successful reads, except fencing reads.
-        try:
-            body = conn.bookie.read_entry(ledger_id, entry_id, scope)
-            max_lac = factory.known_lac(scope, ledger_id) if with_lac else None
-        except Exception as error:
-            send_read(_status(error), entryId=entry_id)
-        else:
-            send_read(V3Status.EOK, entryId=entry_id, body=body, maxLAC=max_lac)
 
     if fence:
         if not r.HasField("masterKey"):
@@ -175,12 +268,12 @@ def _read(conn, request, reply) -> None:
             if error is not None:
                 send_read(_status(error), entryId=entry_id)
             else:
-                plain_read(with_lac=False)
+                _plain_read(conn, ledger_id, entry_id, scope, reply, with_lac=False)
 
-        conn.bookie.fence(ledger_id, r.masterKey, fenced, scope)
+        bookie.fence(ledger_id, r.masterKey, fenced, scope)
         return
     if not r.HasField("previousLAC"):
-        plain_read()
+        _plain_read(conn, ledger_id, entry_id, scope, reply)
         return
     # Long poll (LongPollReadEntryProcessorV3). With ENTRY_PIGGYBACK the client asks for entry -1
     # and gets maxLAC + the entry after previousLAC; anything else is a client bug: EBADREQ.
@@ -190,60 +283,56 @@ def _read(conn, request, reply) -> None:
         return
 
     def answer():
+        if not conn.connected:
+            return
         if not piggyback:
-            plain_read()
+            _plain_read(conn, ledger_id, entry_id, scope, reply)
             return
         try:
-            lac = factory.known_lac(scope, ledger_id)
+            lac = bookie.known_lac(scope, ledger_id)
         except BKError as error:
             send_read(_status(error), entryId=entry_id)
             return
-        if lac > previous_lac:
-            wanted = previous_lac + 1
-            try:
-                body = conn.bookie.read_entry(ledger_id, wanted, scope)
-            except Exception as error:
-                send_read(_status(error), entryId=wanted, maxLAC=lac)
-                return
-            send_read(V3Status.EOK, entryId=wanted, body=body, maxLAC=lac,
-                      lacUpdateTimestamp=factory.lac_update_time(scope, ledger_id))
-        else:
+        if lac <= previous_lac:
             send_read(V3Status.ENOENTRY, entryId=entry_id, maxLAC=lac)
+            return
+        wanted = previous_lac + 1
+        updated = bookie.lac_update_time(scope, ledger_id)
+
+        def send(result):
+            if isinstance(result, BaseException):
+                send_read(_status(result), entryId=wanted, maxLAC=lac)
+            else:
+                send_read(V3Status.EOK, entryId=wanted, body=result, maxLAC=lac, lacUpdateTimestamp=updated)
+
+        cached = bookie.read_entry_cached(ledger_id, wanted, scope)
+        if cached is not None:
+            send(cached)
+        else:
+            conn.read_async(ledger_id, lambda: bookie.read_entry(ledger_id, wanted, scope), send)
 
     try:
-        lac = factory.known_lac(scope, ledger_id)
+        lac = bookie.known_lac(scope, ledger_id)
     except BKError as error:
         send_read(_status(error), entryId=entry_id)
         return
     if lac > previous_lac or not r.HasField("timeOut"):
         answer()
         return
-    watcher = _LacWatcher(previous_lac, answer)
-    factory.watch_lac(scope, ledger_id, watcher)
+    conn.reads_started(1)
+
+    def woken():
+        conn.reads_finished(1)
+        answer()
+        conn.respond()
+
+    waiter = bookie.watch_lac(scope, ledger_id, previous_lac, woken)
 
     def timed_out():
-        factory.unwatch_lac(scope, ledger_id, watcher)
-        watcher.fire()
+        bookie.unwatch_lac(scope, ledger_id, waiter)
+        waiter.fire()
 
-    watcher.timer = factory.reactor.callLater(max(r.timeOut, 0) / 1000.0, timed_out)
-
-
-class _LacWatcher:
-    __slots__ = ("previous_lac", "callback", "done", "timer")
-
-    def __init__(self, previous_lac, callback):
-        self.previous_lac = previous_lac
-        self.callback = callback
-        self.done = False
-        self.timer = None
-
-    def fire(self):
-        if self.done:
-            return
-        self.done = True
-        if self.timer is not None and self.timer.active():
-            self.timer.cancel()
-        self.callback()
+    waiter.timer = conn.factory.reactor.callLater(max(r.timeOut, 0) / 1000.0, timed_out)
 
 
 def _write_lac(conn, request, reply) -> None:
@@ -254,8 +343,6 @@ def _write_lac(conn, request, reply) -> None:
     ledger_id, scope = w.ledgerId, _scope(w)
 
     def done(error):
-        if error is None:
-            conn.factory.lac_changed(scope, ledger_id)
         reply.send(_status(error), "writeLacResponse", ledgerId=ledger_id, scope=scope)
 
     conn.bookie.set_explicit_lac(ledger_id, w.body, w.masterKey, done, scope)
@@ -267,19 +354,28 @@ def _read_lac(conn, request, reply) -> None:
         return
     r = request.readLacRequest
     ledger_id, scope = r.ledgerId, _scope(r)
-    lac_body = last_entry = None
-    try:
-        lac_body = conn.bookie.get_explicit_lac(ledger_id, scope)
-    except Exception:
-        pass
-    try:
-        last_entry = conn.bookie.read_entry(ledger_id, -1, scope)
-    except Exception:
-        pass
-    status = V3Status.ENOENTRY if lac_body is None and last_entry is None else V3Status.EOK
-    reply.send(status, "readLacResponse", ledgerId=ledger_id, scope=scope,
-               lacBody=bytes(lac_body) if lac_body is not None else None,
-               lastEntryBody=bytes(last_entry) if last_entry is not None else None)
+    bookie = conn.bookie
+
+    def read_both():
+        lac_body = last_entry = None
+        try:
+            lac_body = bookie.get_explicit_lac(ledger_id, scope)
+        except Exception:
+            pass
+        try:
+            last_entry = bookie.read_entry(ledger_id, -1, scope)
+        except Exception:
+            pass
+        return lac_body, last_entry
+
+    def send(result):
+        lac_body, last_entry = result if not isinstance(result, BaseException) else (None, None)
+        status = V3Status.ENOENTRY if lac_body is None and last_entry is None else V3Status.EOK
+        reply.send(status, "readLacResponse", ledgerId=ledger_id, scope=scope,
+                   lacBody=bytes(lac_body) if lac_body is not None else None,
+                   lastEntryBody=bytes(last_entry) if last_entry is not None else None)
+
+    conn.read_async(ledger_id, read_both, send)
 
 
 def _force_ledger(conn, request, reply) -> None:

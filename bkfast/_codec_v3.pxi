@@ -1,0 +1,344 @@
+# Included by _codec.pyx: the bookie's v3 fast path. Reads a v3 ADD_ENTRY or plain READ_ENTRY Request
+# straight from its protobuf bytes (bookkeeper-formats.md §2), without building protobuf objects.
+# Anything it does not take (another operation, a header version other than 3, fencing or long-poll
+# reads, DEFERRED_SYNC adds, unknown enum values, a repeated sub-message, malformed bytes) is left to
+# the protobuf path in bkfast.net.v3_handler, which decides exactly as before.
+
+from bkfast._protowire cimport pw_varint, pw_skip_field
+
+cdef enum:
+    V3_OP_READ_ENTRY = 1       # OperationType
+    V3_OP_ADD_ENTRY = 2
+    V3_WRITE_FLAG_DEFERRED_SYNC = 1
+
+
+cdef struct V3Request:
+    int operation
+    uint64_t txn
+    uint64_t priority
+    int64_t ledger_id
+    int64_t entry_id
+    uint64_t scope_id
+    Py_ssize_t key_at
+    Py_ssize_t key_len
+    Py_ssize_t body_at
+    Py_ssize_t body_len
+    bint recovery
+
+
+cdef int _v3_header(const uint8_t *p, Py_ssize_t end, Py_ssize_t pos, V3Request *r) noexcept nogil:
+    cdef uint64_t key, value
+    cdef int field, wire
+    cdef bint have_version = False, have_op = False, have_txn = False
+    while pos < end:
+        if pw_varint(p, end, &pos, &key) < 0:
+            return -1
+        field = <int>(key >> 3)
+        wire = <int>(key & 7)
+        if wire == 0 and 1 <= field <= 4:
+            if pw_varint(p, end, &pos, &value) < 0:
+                return -1
+            if field == 1:
+                if value != 3:
+                    return -1        # the protobuf path answers EBADVERSION (or refuses the enum)
+                have_version = True
+            elif field == 2:
+                r.operation = <int>value if value < 1000 else -1
+                have_op = True
+            elif field == 3:
+                r.txn = value
+                have_txn = True
+            else:
+                r.priority = value
+        elif pw_skip_field(p, end, &pos, wire) < 0:
+            return -1
+    return 0 if (have_version and have_op and have_txn) else -1
+
+
+cdef int _v3_add(const uint8_t *p, Py_ssize_t end, Py_ssize_t pos, V3Request *r) noexcept nogil:
+    cdef uint64_t key, value, length
+    cdef int field, wire
+    cdef bint have_ledger = False, have_entry = False
+    r.key_at = -1
+    r.body_at = -1
+    while pos < end:
+        if pw_varint(p, end, &pos, &key) < 0:
+            return -1
+        field = <int>(key >> 3)
+        wire = <int>(key & 7)
+        if wire == 0 and (field == 1 or field == 2 or field == 5 or field == 100 or field == 1000):
+            if pw_varint(p, end, &pos, &value) < 0:
+                return -1
+            if field == 1:
+                r.ledger_id = <int64_t>value
+                have_ledger = True
+            elif field == 2:
+                r.entry_id = <int64_t>value
+                have_entry = True
+            elif field == 5:
+                if value & V3_WRITE_FLAG_DEFERRED_SYNC:
+                    return -1
+            elif field == 100:
+                if value != 1:
+                    return -1
+                r.recovery = True
+            else:
+                r.scope_id = value
+        elif wire == 2 and (field == 3 or field == 4):
+            if pw_varint(p, end, &pos, &length) < 0 or length > <uint64_t>(end - pos):
+                return -1
+            if field == 3:
+                r.key_at = pos
+                r.key_len = <Py_ssize_t>length
+            else:
+                r.body_at = pos
+                r.body_len = <Py_ssize_t>length
+            pos += <Py_ssize_t>length
+        elif pw_skip_field(p, end, &pos, wire) < 0:
+            return -1
+    if not (have_ledger and have_entry) or r.key_at < 0 or r.body_at < 0:
+        return -1
+    return 0
+
+
+cdef int _v3_read(const uint8_t *p, Py_ssize_t end, Py_ssize_t pos, V3Request *r) noexcept nogil:
+    cdef uint64_t key, value
+    cdef int field, wire
+    cdef bint have_ledger = False, have_entry = False
+    while pos < end:
+        if pw_varint(p, end, &pos, &key) < 0:
+            return -1
+        field = <int>(key >> 3)
+        wire = <int>(key & 7)
+        if field == 100 or field == 4:
+            return -1                # fencing, piggyback and long-poll reads take the protobuf path
+        if wire == 0 and (field == 1 or field == 2 or field == 1000):
+            if pw_varint(p, end, &pos, &value) < 0:
+                return -1
+            if field == 1:
+                r.ledger_id = <int64_t>value
+                have_ledger = True
+            elif field == 2:
+                r.entry_id = <int64_t>value
+                have_entry = True
+            else:
+                r.scope_id = value
+        elif pw_skip_field(p, end, &pos, wire) < 0:
+            return -1
+    return 0 if (have_ledger and have_entry) else -1
+
+
+cdef int _v3_request(const uint8_t *p, Py_ssize_t n, V3Request *r) noexcept nogil:
+    """0 if p[:n] is a v3 Request the fast path takes (r filled in), -1 otherwise."""
+    cdef Py_ssize_t pos = 0, header_at = -1, header_end = 0, sub_at = -1, sub_end = 0
+    cdef uint64_t key, length
+    cdef int field, wire, sub_field = 0
+    r.operation = -1
+    r.priority = 0
+    r.scope_id = 0
+    r.recovery = False
+    while pos < n:
+        if pw_varint(p, n, &pos, &key) < 0:
+            return -1
+        field = <int>(key >> 3)
+        wire = <int>(key & 7)
+        if wire == 2 and (field == 1 or field == 100 or field == 101):
+            if pw_varint(p, n, &pos, &length) < 0 or length > <uint64_t>(n - pos):
+                return -1
+            if field == 1:
+                if header_at >= 0:
+                    return -1        # protobuf would merge repeated messages: not for the fast path
+                header_at = pos
+                header_end = pos + <Py_ssize_t>length
+            else:
+                if sub_at >= 0:
+                    return -1
+                sub_field = field
+                sub_at = pos
+                sub_end = pos + <Py_ssize_t>length
+            pos += <Py_ssize_t>length
+        elif pw_skip_field(p, n, &pos, wire) < 0:
+            return -1
+    if header_at < 0 or sub_at < 0 or _v3_header(p, header_end, header_at, r) < 0:
+        return -1
+    if r.operation == V3_OP_ADD_ENTRY and sub_field == 101:
+        return _v3_add(p, sub_end, sub_at, r)
+    if r.operation == V3_OP_READ_ENTRY and sub_field == 100:
+        return _v3_read(p, sub_end, sub_at, r)
+    return -1
+
+
+def decode_v3_adds(list frames, Py_ssize_t start=0):
+    """Decode the run of v3 ADD_ENTRY requests that starts at frames[start] (the bookie's batch path).
+
+    Returns (adds, ids, end) like decode_v2_adds: adds gets (entry bytes, master key bytes, recovery,
+    high_priority), ids gets (ledger_id, entry_id, txn_id, scope_id); `end` is the first frame not
+    decoded, which the caller hands to the protobuf path. Frames with the same master key as the one
+    before share its bytes object.
+    """
+    cdef Py_ssize_t i = start, n = len(frames)
+    cdef list adds = [], ids = []
+    cdef bytes frame
+    cdef object key = None
+    cdef const uint8_t *p
+    cdef V3Request r
+    while i < n:
+        obj = frames[i]
+        if type(obj) is not bytes:
+            break
+        frame = <bytes>obj
+        p = <const uint8_t*>PyBytes_AS_STRING(frame)
+        if _v3_request(p, PyBytes_GET_SIZE(frame), &r) < 0 or r.operation != V3_OP_ADD_ENTRY:
+            break
+        if (key is None or PyBytes_GET_SIZE(key) != r.key_len
+                or memcmp(PyBytes_AS_STRING(key), p + r.key_at, r.key_len) != 0):
+            key = PyBytes_FromStringAndSize(<const char*>p + r.key_at, r.key_len)
+        adds.append((PyBytes_FromStringAndSize(<const char*>p + r.body_at, r.body_len), key,
+                     r.recovery, r.recovery or r.priority > 0))
+        ids.append((r.ledger_id, r.entry_id, r.txn, r.scope_id))
+        i += 1
+    return adds, ids, i
+
+
+def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_of, dict busy,
+                   Py_ssize_t out_limit=-1):
+    """Answer the run of plain v3 READ_ENTRY requests that starts at frames[start] from memory.
+
+    `lookup(ledger_id, entry_id, scope_id)` returns the cached entry or None (not in memory: the caller
+    reads it on its read pool); `lac_of(scope_id, ledger_id)` is the bookie's known LAC, sent as maxLAC
+    with each entry as Java does (asked once per ledger of the run). Hits are appended to `out` as
+    READ_ENTRY responses. `busy` holds the ledger ids with reads still pending on the connection's read
+    pool: their reads are misses too, so answers of one ledger keep their order (clients match v2 answers
+    in order, and Java's bookie answers a ledger's reads in order); a miss adds its ledger to `busy`
+    (value 0: the caller counts). It stops early once `out` holds `out_limit` bytes or more (a connection's
+    output bound; -1 = none). Returns (end, misses): misses are (ledger_id, entry_id, txn_id, scope_id).
+    """
+    cdef Py_ssize_t i = start, n = len(frames)
+    cdef list misses = []
+    cdef bytes frame
+    cdef const uint8_t *p
+    cdef V3Request r
+    cdef int64_t lac_ledger = -1, lac = -1
+    cdef uint64_t lac_scope = 0
+    cdef bint have_lac = False
+    while i < n:
+        if out_limit >= 0 and out.length - out.start >= out_limit:
+            break
+        obj = frames[i]
+        if type(obj) is not bytes:
+            break
+        frame = <bytes>obj
+        p = <const uint8_t*>PyBytes_AS_STRING(frame)
+        if _v3_request(p, PyBytes_GET_SIZE(frame), &r) < 0 or r.operation != V3_OP_READ_ENTRY:
+            break
+        ledger = r.ledger_id
+        data = None if (busy and ledger in busy) else lookup(r.ledger_id, r.entry_id, r.scope_id)
+        if data is None:
+            if ledger not in busy:
+                busy[ledger] = 0
+            misses.append((r.ledger_id, r.entry_id, r.txn, r.scope_id))
+        else:
+            if not have_lac or lac_ledger != r.ledger_id or lac_scope != r.scope_id:
+                lac = lac_of(r.scope_id, r.ledger_id)
+                lac_ledger = r.ledger_id
+                lac_scope = r.scope_id
+                have_lac = True
+            out.add_v3_read_response(0, r.ledger_id, r.entry_id, r.txn, data, True, lac, False, 0,
+                                     r.scope_id)
+        i += 1
+    return i, misses
+
+
+def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict busy, Py_ssize_t out_limit=-1):
+    """Answer the run of plain v2 READ requests (versions 1 and 2, no fencing) that starts at
+    frames[start] from memory, as serve_v3_reads does. Returns (end, misses): misses are
+    (ledger_id, entry_id, version)."""
+    cdef Py_ssize_t i = start, n = len(frames)
+    cdef list misses = []
+    cdef bytes frame
+    cdef const uint8_t *p
+    cdef int version, opcode, flags
+    cdef int64_t ledger_id, entry_id
+    while i < n:
+        if out_limit >= 0 and out.length - out.start >= out_limit:
+            break
+        obj = frames[i]
+        if type(obj) is not bytes:
+            break
+        frame = <bytes>obj
+        if PyBytes_GET_SIZE(frame) < 20:
+            break
+        p = <const uint8_t*>PyBytes_AS_STRING(frame)
+        split_header(get_u32(p), &version, &opcode, &flags)
+        if opcode != OP_READ or version < 1 or version > 2 or (flags & FLAG_DO_FENCING):
+            break
+        ledger_id = get_i64(p + 4)
+        entry_id = get_i64(p + 12)
+        ledger = ledger_id
+        data = None if (busy and ledger in busy) else lookup(ledger_id, entry_id, 0)
+        if data is None:
+            if ledger not in busy:
+                busy[ledger] = 0
+            misses.append((ledger_id, entry_id, version))
+        else:
+            out.add_read_response(0, ledger_id, entry_id, data, version)
+        i += 1
+    return i, misses
+
+
+def decode_v3_answer(frame):
+    """(txn_id, operation, status) of a v3 Response, reading only what a load generator matches answers
+    with: header.txnId and operation, and the inner response's status (else the top-level one). Raises
+    MalformedFrameError if the bytes are not a well-formed Response."""
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, pos = 0, end
+    cdef uint64_t key, value, length, txn = 0
+    cdef int field, wire, operation = -1, top_status = -1, inner_status = -1
+    cdef bint have_txn = False, bad = False
+    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        while pos < n and not bad:
+            if pw_varint(p, n, &pos, &key) < 0:
+                bad = True
+                break
+            field = <int>(key >> 3)
+            wire = <int>(key & 7)
+            if wire == 2 and (field == 1 or (100 <= field <= 108)):
+                if pw_varint(p, n, &pos, &length) < 0 or length > <uint64_t>(n - pos):
+                    bad = True
+                    break
+                end = pos + <Py_ssize_t>length
+                while pos < end:
+                    if pw_varint(p, end, &pos, &key) < 0:
+                        bad = True
+                        break
+                    if (key & 7) == 0:
+                        if pw_varint(p, end, &pos, &value) < 0:
+                            bad = True
+                            break
+                        if field == 1 and (key >> 3) == 2:
+                            operation = <int>value
+                        elif field == 1 and (key >> 3) == 3:
+                            txn = value
+                            have_txn = True
+                        elif field != 1 and (key >> 3) == 1:
+                            inner_status = <int>value
+                    elif pw_skip_field(p, end, &pos, <int>(key & 7)) < 0:
+                        bad = True
+                        break
+                pos = end
+            elif field == 2 and wire == 0:
+                if pw_varint(p, n, &pos, &value) < 0:
+                    bad = True
+                    break
+                top_status = <int>value
+            elif pw_skip_field(p, n, &pos, wire) < 0:
+                bad = True
+    finally:
+        PyBuffer_Release(&view)
+    if bad or not have_txn or operation < 0 or top_status < 0:
+        raise MalformedFrameError("not a well-formed v3 Response")
+    return txn, operation, inner_status if inner_status >= 0 else top_status

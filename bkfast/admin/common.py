@@ -1,0 +1,101 @@
+"""What every admin operation shares: the operator-error type, ledger references, the ZooKeeper session of
+a command and the bridge from a blocking caller to the client's reactor."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from bkfast.errors import AdminError, BKError, ConfigurationError, InvalidLedgerIdError
+from bkfast.ids import LedgerId, validate_ledger_id, validate_scope_id
+
+__all__ = ["AdminError", "LedgerRef", "Progress", "ledger_ref", "zk_session", "zk_target", "in_reactor",
+           "OPERATOR_ERRORS"]
+
+Progress = Callable[[int, "int | None"], None]
+"""progress(done, total): called as a long operation advances (total None when unknown)."""
+
+
+def _operator_errors() -> tuple[type[BaseException], ...]:
+    from bkfast.meta import MetadataError
+
+    return (AdminError, MetadataError, BKError, ConfigurationError, OSError)
+
+
+OPERATOR_ERRORS = _operator_errors()
+"""Exceptions whose message is meant for an operator (faces print it in one line; other ones are bugs)."""
+
+
+@dataclass(frozen=True)
+class LedgerRef:
+    """A ledger as an operator names it: an id (scope 0 unless a scope id is given) or a qualified name."""
+
+    ledger: LedgerId
+
+    @property
+    def ledger_id(self) -> int:
+        return self.ledger.ledger_id
+
+    @property
+    def scope_id(self) -> int:
+        return self.ledger.scope_id
+
+    def __str__(self) -> str:
+        return str(self.ledger)
+
+
+def ledger_ref(ledger_id: int | None = None, scope_id: int | None = None,
+               qualified_name: str | None = None) -> LedgerRef:
+    """BP-34's three ways: `ledger_id` (+ `scope_id`), or `qualified_name` (32 hex digits) alone."""
+    try:
+        if qualified_name is not None:
+            if ledger_id is not None or scope_id is not None:
+                raise AdminError("give either a ledger id (with --ledger-scope-id) or --ledger-qualified-name, "
+                                 "not both")
+            return LedgerRef(LedgerId.parse_qualified_name(qualified_name))
+        if ledger_id is None:
+            raise AdminError("no ledger given: pass a ledger id or --ledger-qualified-name")
+        return LedgerRef(LedgerId(validate_scope_id(scope_id or 0), validate_ledger_id(ledger_id)))
+    except InvalidLedgerIdError as err:
+        raise AdminError(str(err)) from None
+
+
+def zk_target(metadata_uri: str) -> tuple[str, str, str]:
+    """(connect string, ledgers root, layout) of a ZooKeeper metadata URI; AdminError for anything else."""
+    from bkfast.meta import MetadataError, parse_metadata_service_uri
+
+    if metadata_uri.lower().startswith("embedded:"):
+        raise AdminError(f"{metadata_uri}: embedded metadata is served by the one process that opened it; "
+                         "start the sandbox with --zk and use its zk+hierarchical://host:port/ledgers URI")
+    try:
+        return parse_metadata_service_uri(metadata_uri)
+    except MetadataError as err:
+        raise AdminError(str(err)) from None
+
+
+@contextlib.contextmanager
+def zk_session(hosts: str, timeout_s: float) -> Iterator:
+    """A started kazoo client, stopped and closed on exit; AdminError naming the hosts if it cannot connect."""
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    zk = KazooClient(hosts=hosts, timeout=timeout_s)
+    try:
+        zk.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        zk.close()
+        raise AdminError(f"cannot connect to ZooKeeper at {hosts} within {timeout_s:g} s: is it running? "
+                         "(check metadataServiceUri / --metadata-uri)") from None
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def in_reactor(timeout_s: float, fn, *args, **kwargs):
+    """Run `fn(*args)` (which may return a Deferred or a coroutine) on the client's reactor thread and wait."""
+    from bkfast.client.blocking import call_in_reactor
+
+    return call_in_reactor(timeout_s, fn, *args, **kwargs)

@@ -1,0 +1,132 @@
+"""What the bookie knows of each ledger's last-add-confirmed (LAC), and who waits for it to move.
+
+Owns: per ledger, the highest LAC seen (the LAC piggy-backed on each entry as it reaches ledger storage,
+and explicit LACs), when it last moved (the v3 `lacUpdateTimestamp`), and the long-poll readers waiting
+for it to pass a value. A ledger is tracked from the first time a reader asks about it; adds to ledgers
+nobody reads cost one dictionary miss. Tracked ledgers are dropped with the ledger, and when idle
+(no reader asked, no waiter) for `idle_timeout_s`, so memory follows the ledgers being read, not every
+ledger ever written.
+
+Waking waiters when the entry reaches storage, before its journal sync, is safe: the LAC a writer
+piggy-backs is already acknowledged by an ack quorum, so every entry up to it is durable elsewhere
+(Java's bookie does the same, through its FileInfo/LedgerDescriptor watchers).
+
+Threads: the reactor thread only (the Bookie updates it from add_entries / set_explicit_lac, which the
+server calls on the reactor); waiters are called synchronously from `advance`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+
+
+class LacWaiter:
+    """A long-poll read waiting for a ledger's LAC to pass `previous_lac`; `callback()` runs once."""
+
+    __slots__ = ("previous_lac", "callback", "done", "timer")
+
+    def __init__(self, previous_lac: int, callback: Callable[[], None]):
+        self.previous_lac = previous_lac
+        self.callback = callback
+        self.done = False
+        self.timer = None
+
+    def fire(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.callback()
+
+
+class _LedgerLac:
+    __slots__ = ("lac", "update_ms", "waiters", "used")
+
+    def __init__(self, lac: int, now: float):
+        self.lac = lac
+        self.update_ms = int(time.time() * 1000)
+        self.waiters: list[LacWaiter] = []
+        self.used = now
+
+
+class LacTracker:
+    """(scope_id, ledger_id) -> known LAC, last update time and long-poll waiters."""
+
+    def __init__(self, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic):
+        self.idle_timeout_s = idle_timeout_s
+        self._clock = clock
+        self._ledgers: dict[tuple[int, int], _LedgerLac] = {}
+        self._next_sweep = clock() + idle_timeout_s
+
+    @property
+    def tracked(self) -> dict:
+        """The tracked ledgers' keys (a dict: `key in tracked` is the hot path's membership test)."""
+        return self._ledgers
+
+    def __len__(self) -> int:
+        return len(self._ledgers)
+
+    def __contains__(self, key: tuple[int, int]) -> bool:
+        return key in self._ledgers
+
+    def known(self, scope_id: int, ledger_id: int, load: Callable[[], int]) -> int:
+        """The LAC the bookie knows; `load()` computes it from storage the first time (may raise)."""
+        now = self._clock()
+        state = self._ledgers.get((scope_id, ledger_id))
+        if state is None:
+            if now >= self._next_sweep:
+                self._sweep(now)
+            state = self._ledgers[(scope_id, ledger_id)] = _LedgerLac(load(), now)
+        state.used = now
+        return state.lac
+
+    def update_time_ms(self, scope_id: int, ledger_id: int) -> int:
+        state = self._ledgers.get((scope_id, ledger_id))
+        return state.update_ms if state is not None else int(time.time() * 1000)
+
+    def advance(self, scope_id: int, ledger_id: int, lac: int) -> None:
+        """A LAC reached storage: remember it if it is higher, and wake the waiters it satisfies."""
+        state = self._ledgers.get((scope_id, ledger_id))
+        if state is None or lac <= state.lac:
+            return
+        state.lac = lac
+        state.update_ms = int(time.time() * 1000)
+        waiters = state.waiters
+        if not waiters:
+            return
+        still = []
+        for waiter in waiters:
+            if waiter.done:
+                continue
+            if lac > waiter.previous_lac:
+                waiter.fire()
+            else:
+                still.append(waiter)
+        state.waiters = still
+
+    def watch(self, scope_id: int, ledger_id: int, waiter: LacWaiter) -> None:
+        """Wait for the LAC to pass waiter.previous_lac (the ledger must be tracked: call known() first)."""
+        self._ledgers[(scope_id, ledger_id)].waiters.append(waiter)
+
+    def unwatch(self, scope_id: int, ledger_id: int, waiter: LacWaiter) -> None:
+        state = self._ledgers.get((scope_id, ledger_id))
+        if state is not None and waiter in state.waiters:
+            state.waiters.remove(waiter)
+
+    def drop(self, scope_id: int, ledger_id: int) -> None:
+        """The ledger was deleted: forget it, and answer its waiters (they read the ledger's new state)."""
+        state = self._ledgers.pop((scope_id, ledger_id), None)
+        if state is not None:
+            for waiter in state.waiters:
+                waiter.fire()
+
+    def _sweep(self, now: float) -> None:
+        cutoff = now - self.idle_timeout_s
+        idle = [key for key, state in self._ledgers.items() if state.used < cutoff and not state.waiters]
+        for key in idle:
+            del self._ledgers[key]
+        self._next_sweep = now + self.idle_timeout_s

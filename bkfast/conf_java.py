@@ -1,0 +1,31 @@
+"""Names of Apache BookKeeper's server keys (its shipped bk_server.conf) that bkfast does not read.
+
+Owns only this list, so that the unknown-key check of bkfast.conf can tell a real BookKeeper key, carried
+over from a Java bk_server.conf, from a misspelling: `dbStorage_rocksDB_blockSize` is BookKeeper's and must
+not be answered with "did you mean dbStorage_rocksDB_blockCacheSize?". A key bkfast starts to read moves
+to the key table in bkfast.conf (a test checks the two never overlap). A leaf: imports nothing.
+"""
+
+JAVA_SERVER_KEYS_NOT_READ = frozenset("""
+allowLoopback enableLocalTransport disableServerSocketBind bookieDeathWatchInterval extraServerComponents
+numLongPollWorkerThreads numHighPriorityWorkerThreads requestTimerTickDurationMs requestTimerNumTicks
+persistBookieStatusEnabled serverSockKeepalive serverTcpLinger byteBufAllocatorSizeInitial byteBufAllocatorSizeMin
+byteBufAllocatorSizeMax httpServerClass httpServerHost bookieAuthProviderFactoryClass permittedStartupUsers
+tlsProvider tlsProviderFactoryClass tlsClientAuthentication tlsKeyStoreType tlsKeyStore tlsKeyStorePasswordPath
+tlsTrustStoreType tlsTrustStore tlsTrustStorePasswordPath tlsCertificatePath
+sortedLedgerStorageEnabled minUsableSizeForIndexFileCreation minUsableSizeForEntryLogCreation
+minUsableSizeForHighPriorityWrites allowStorageExpansion numOfMemtableFlushThreads
+entrylogMapAccessExpiryTimeInSeconds maximumNumberOfActiveEntryLogs compactionMaxOutstandingRequests
+compactionRateByEntries useTransactionalCompaction isForceGCAllowWhenNoSpace verifyMetadataOnGC
+skipListArenaChunkSize skipListArenaMaxAllocSize fileInfoCacheInitialCapacity fileInfoMaxIdleTime
+dbStorage_rocksDB_writeBufferSizeMB dbStorage_rocksDB_sstSizeInMB dbStorage_rocksDB_blockSize
+dbStorage_rocksDB_bloomFilterBitsPerKey dbStorage_rocksDB_numLevels dbStorage_rocksDB_numFilesInLevel0
+dbStorage_rocksDB_maxSizeInLevel1MB ledgerManagerFactoryClass ledgerManagerType
+allowShadedLedgerManagerFactoryClass shadedLedgerManagerFactoryClassPrefix zkRetryBackoffStartMs
+zkRetryBackoffMaxMs zkRequestRateLimit zkEnableSecurity enableStatistics enableTaskExecutionStats
+statsProviderClass prometheusStatsHttpPort prometheusStatsHttpAddress prometheusStatsLatencyRolloverSeconds
+codahaleStatsPrefix codahaleStatsOutputFrequencySeconds codahaleStatsGraphiteEndpoint codahaleStatsCSVEndpoint
+codahaleStatsSlf4jEndpoint codahaleStatsJmxEndpoint statsExport statsHttpPort passwd ensemblePlacementPolicy
+reppDnsResolverClass networkTopologyScriptFileName networkTopologyScriptNumberArgs rereplicationEntryBatchSize
+""".split())
+"""BookKeeper server keys bkfast keeps but does not read (no "did you mean" for them)."""

@@ -1,0 +1,502 @@
+"""BookKeeper's HTTP admin endpoints for operators (spec §9.2: Java's paths, parameters, JSON shapes), as
+twisted.web resources over bkfast.admin. `install_admin_api(root, context)` adds them under /api/v1/ of a
+root resource; the server that owns the site calls it once.
+
+  GET|PUT /api/v1/config/server_config      GET: explicitly set keys (values as strings); PUT {key: value}
+  GET     /api/v1/ledger/list               print_metadata, decode_meta, page (100 per page), ledger_scope_id
+  GET     /api/v1/ledger/metadata           ledger_id (+ ledger_scope_id)
+  GET     /api/v1/ledger/read               ledger_id, start_entry_id, end_entry_id, page (1000 per page)
+  DELETE  /api/v1/ledger/delete             ledger_id
+  GET     /api/v1/bookie/list_bookies       type=rw|ro, print_hostnames
+  GET     /api/v1/bookie/list_bookie_info   free/total disk space per bookie and for the cluster
+  GET     /api/v1/bookie/last_log_mark      this bookie's lastMark
+  GET     /api/v1/bookie/list_disk_file     file_type=journal|entrylog|index (default all)
+  GET     /api/v1/bookie/is_ready           "OK", or 503 while starting / stopping
+  GET     /api/v1/bookie/sanity             write/read a ledger on this bookie alone
+  GET     /api/v1/bookie/cluster_info       bookie counts, auditor, under-replication
+  GET|PUT /api/v1/bookie/gc/suspend_compaction, /api/v1/bookie/gc/resume_compaction
+
+Unlike Java, a bad or missing parameter is 400 with {"error": message}, a missing ledger 404, a wrong
+method 405 (with Allow), a metadata store or bookie that cannot answer 503; 500 is left for bkfast's own bugs.
+Every handler runs in the reactor's thread pool (kazoo, files, the blocking client); none blocks the reactor.
+
+`context` needs: `bookie` (its `conf`, `started`, `read_only`, `gc`), `meta` (an object with a started kazoo
+client `zk` and the ledgers `root`; None for a bookie without metadata) and `shutting_down`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+
+from twisted.internet import threads
+from twisted.web import resource, server
+
+from bkfast.admin import bookie_files, bookie_ops, cluster, ledgers
+from bkfast.admin.common import AdminError, LedgerRef
+from bkfast.conf import format_value
+from bkfast.errors import BKError, BKNoSuchLedgerExistsException, ConfigurationError, InvalidLedgerIdError
+from bkfast.ids import LedgerId
+
+__all__ = ["install_admin_api", "_ApiError", "ENDPOINTS"]
+
+log = logging.getLogger(__name__)
+
+LEDGERS_PER_PAGE = 100
+ENTRIES_PER_PAGE = 1000
+
+
+class _ApiError(Exception):
+    """An answer other than 200, with its status and a one-line message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class Text(str):
+    """A body sent as plain text rather than JSON (Java's text answers)."""
+
+
+# --- parameters ---------------------------------------------------------------------------------------
+
+
+def _int(params: dict, name: str, default: int | None = None, low: int = 0, high: int = 2**63 - 1) -> int:
+    text = params.get(name)
+    if text is None or text == "":
+        if default is None:
+            raise _ApiError(400, f"missing parameter {name}")
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise _ApiError(400, f"{name}: expected an integer, got {text!r}") from None
+    if not low <= value <= high:
+        raise _ApiError(400, f"{name}: {value} is outside [{low}, {high}]")
+    return value
+
+
+def _bool(params: dict, name: str) -> bool:
+    text = params.get(name, "false").lower()
+    if text not in ("true", "false"):
+        raise _ApiError(400, f"{name}: expected true or false, got {params.get(name)!r}")
+    return text == "true"
+
+
+def _ledger(params: dict) -> LedgerRef:
+    if "ledger_qualified_name" in params:
+        try:
+            return LedgerRef(LedgerId.parse_qualified_name(params["ledger_qualified_name"]))
+        except InvalidLedgerIdError as err:
+            raise _ApiError(400, f"ledger_qualified_name: {err}") from None
+    scope = _int(params, "ledger_scope_id", 0, 0, 2**64 - 1)
+    return LedgerRef(LedgerId(scope, _int(params, "ledger_id")))
+
+
+def _body_object(body: bytes) -> dict:
+    try:
+        value = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise _ApiError(400, f"the body is not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise _ApiError(400, "expected a JSON object in the body")
+    return value
+
+
+# --- the shared pieces a handler uses -----------------------------------------------------------------
+
+
+class _Services:
+    """Lazily built, shared by the handlers: the ledger client of this process (on the bookie's reactor)."""
+
+    def __init__(self, context):
+        self.context = context
+        self._client = None
+        self._lock = threading.Lock()
+        self.sanity_running = threading.Lock()
+
+    @property
+    def conf(self):
+        return self.context.bookie.conf
+
+    def zk(self) -> tuple:
+        meta = self.context.meta
+        if meta is None or getattr(meta, "zk", None) is None:
+            raise _ApiError(503, "this bookie runs without a metadata service (--no-metadata)")
+        return meta.zk, meta.root
+
+    def client(self):
+        """A blocking ledger client (call from a pool thread only)."""
+        self.zk()
+        with self._lock:
+            if self._client is None:
+                from bkfast import BookKeeper
+
+                self._client = BookKeeper(self.conf.get("metadataServiceUri"), timeout=30.0)
+            return self._client
+
+    def close(self):
+        client, self._client = self._client, None
+        if client is not None:
+            return client.async_client.close()          # reactor thread: the async close
+        return None
+
+
+# --- handlers: (services, params, body) -> JSON-able or Text --------------------------------------------
+
+
+def server_config_get(s: _Services, params, body):
+    return {k: format_value(v) for k, v in s.conf.to_dict().items() if v is not None}
+
+
+def server_config_put(s: _Services, params, body):
+    values = _body_object(body)
+    if not values:
+        raise _ApiError(400, "expected a JSON object of configuration keys and values")
+    checked = type(s.conf)(s.conf.to_dict())
+    try:
+        for key, value in values.items():
+            if value is not None and not isinstance(value, (str, int, float, bool)):
+                raise ConfigurationError(f"{key}: expected a string, number or boolean")
+            checked.set(key, value if isinstance(value, (bool, int, float)) or value is None else str(value))
+        checked.validate()
+    except ConfigurationError as err:
+        raise _ApiError(400, str(err)) from None
+    for key, value in values.items():
+        s.conf.set(key, value)
+    log.info("server configuration changed via the admin API: %s", ", ".join(values))
+    return Text("Success set server config.")
+
+
+def ledger_list(s: _Services, params, body):
+    print_metadata = _bool(params, "print_metadata")
+    decode = _bool(params, "decode_meta")
+    scope = _int(params, "ledger_scope_id", 0, 0, 2**64 - 1)
+    page = _int(params, "page", 0, 0, 2**31 - 1)
+    bk = s.client()
+    ids = bk.list_ledgers(scope)
+    if not print_metadata:
+        return {str(i): None for i in ids}
+    if page > 0:
+        ids = ids[(page - 1) * LEDGERS_PER_PAGE:page * LEDGERS_PER_PAGE]
+    out = {}
+    for lid in ids:
+        ref = LedgerRef(LedgerId(scope, lid))
+        try:
+            md = bk.get_ledger_metadata(lid, scope_id=scope)
+        except BKNoSuchLedgerExistsException:
+            continue
+        out[str(lid)] = ledgers.metadata_to_dict(ref, md) if decode else _metadata_text(md)
+    return out
+
+
+def _metadata_text(md) -> str:
+    from bkfast.meta.ledger_metadata import serialize_metadata
+
+    return serialize_metadata(md).decode("utf-8", "replace")
+
+
+def ledger_metadata(s: _Services, params, body):
+    ref = _ledger(params)
+    return {str(ref): ledgers.ledger_metadata(s.client(), ref)}
+
+
+def ledger_read(s: _Services, params, body):
+    ref = _ledger(params)
+    start = _int(params, "start_entry_id", 0)
+    end = _int(params, "end_entry_id", -1, -1)
+    page = _int(params, "page", 0, 0, 2**31 - 1)
+    if end != -1 and start > end:
+        raise _ApiError(400, f"start_entry_id {start} is after end_entry_id {end}")
+    if page > 0:
+        start = start + (page - 1) * ENTRIES_PER_PAGE
+        last_of_page = start + ENTRIES_PER_PAGE - 1
+        end = last_of_page if end == -1 else min(end, last_of_page)
+        if end < start:
+            return {"Entries for page: ": str(page)}
+    rows = ledgers.read_ledger(s.client(), ref, start, end)
+    out = {str(r["entryId"]): r["data"].decode("ascii", "replace") for r in rows}
+    if page > 0:
+        out["Entries for page: "] = str(page)
+    return out
+
+
+def ledger_delete(s: _Services, params, body):
+    ref = _ledger(params)
+    ledgers.delete_ledger(s.client(), ref)
+    return f"Deleted ledger: {ref}"
+
+
+def _host_name(host: str) -> str:
+    try:
+        return socket.gethostbyaddr(host)[0]
+    except OSError:
+        return host
+
+
+def list_bookies(s: _Services, params, body):
+    kind = params.get("type")
+    if kind not in ("rw", "ro"):
+        raise _ApiError(400, f"type: expected rw or ro, got {kind!r}")
+    names = _bool(params, "print_hostnames")
+    zk, root = s.zk()
+    rows = cluster.list_bookies(zk, root, writable=kind == "rw", read_only=kind == "ro")
+    return {r["bookieId"]: (_host_name(r["host"]) if names else None) for r in rows}
+
+
+def _gb(n: int) -> str:
+    return f"{n}({n / 1e9:.3f}GB)"
+
+
+def list_bookie_info(s: _Services, params, body):
+    zk, root = s.zk()
+    rows = cluster.bookie_info(s.client(), zk, root)
+    answered = [r for r in rows if "error" not in r]
+    if not answered:
+        raise _ApiError(404, "no bookie answered")
+    out = {r["bookieId"]: f": {{Free: {_gb(r['freeDiskSpace'])}, Total: {_gb(r['totalDiskSpace'])}}},"
+           for r in answered}
+    free, total = sum(r["freeDiskSpace"] for r in answered), sum(r["totalDiskSpace"] for r in answered)
+    out["ClusterInfo: "] = f"{{Free: {_gb(free)}, Total: {_gb(total)}}}"
+    return out
+
+
+def last_log_mark(s: _Services, params, body):
+    mark = bookie_files.last_mark(s.conf)
+    return {f"LastLogMark: Journal Id - {m['journalId']}({m['journalIdHex']}.txn)": f"Pos - {m['offset']}"
+            for m in mark.get("journals", [mark])}     # one key per journal directory
+
+
+_FILE_TYPES = {"journal": "journal", "entrylog": "entrylog", "index": "index"}
+
+
+def list_disk_file(s: _Services, params, body):
+    kind = params.get("file_type")
+    if kind is not None and kind not in _FILE_TYPES:
+        raise _ApiError(400, f"file_type: expected journal, entrylog or index, got {kind!r}")
+    files = bookie_files.list_files(s.conf, journal=kind in (None, "journal"), entry_logs=kind in (None, "entrylog"),
+                                    index=kind in (None, "index"))
+    return {f"{k} files": "".join(os.path.basename(f["path"]) + "\t" for f in v) for k, v in files.items()}
+
+
+def is_ready(s: _Services, params, body):
+    bookie = s.context.bookie
+    if not getattr(bookie, "started", False) or s.context.shutting_down:
+        raise _ApiError(503, "Bookie is not fully started yet")
+    return Text("OK")
+
+
+def sanity(s: _Services, params, body):
+    if s.conf.get("forceReadOnlyBookie") or s.context.bookie.read_only:
+        return {"passed": False, "readOnly": True}
+    if not s.sanity_running.acquire(blocking=False):
+        raise _ApiError(409, "a sanity test is already running on this bookie")
+    try:
+        bookie_ops.bookie_sanity(s.client(), s.conf)
+    finally:
+        s.sanity_running.release()
+    return {"passed": True, "readOnly": False}
+
+
+_CLUSTER_INFO_KEYS = ("auditorElected", "auditorId", "clusterUnderReplicated", "ledgerReplicationEnabled",
+                      "totalBookiesCount", "writableBookiesCount", "readonlyBookiesCount", "unavailableBookiesCount")
+
+
+def cluster_info(s: _Services, params, body):
+    zk, root = s.zk()
+    info = cluster.cluster_info(zk, root)
+    return {k: info[k] for k in _CLUSTER_INFO_KEYS}
+
+
+def _gc(s: _Services):
+    gc = getattr(s.context.bookie, "gc", None)
+    if gc is None or not hasattr(gc, "suspended"):
+        raise _ApiError(503, "this bookie has no garbage collector")
+    return gc
+
+
+def _gc_status(gc) -> dict:
+    return {"isMajorGcSuspended": str(gc.suspended["major"]).lower(),
+            "isMinorGcSuspended": str(gc.suspended["minor"]).lower()}
+
+
+def gc_status(s: _Services, params, body):
+    return _gc_status(_gc(s))
+
+
+def _major_minor(body: bytes, major: str, minor: str) -> tuple[bool, bool]:
+    values = _body_object(body)
+    unknown = set(values) - {major, minor}
+    if unknown or not values:
+        raise _ApiError(400, f"expected JSON {{\"{major}\": bool, \"{minor}\": bool}}")
+    for key, value in values.items():
+        if not isinstance(value, bool):
+            raise _ApiError(400, f"{key}: expected true or false, got {value!r}")
+    return values.get(major, False), values.get(minor, False)
+
+
+def gc_suspend(s: _Services, params, body):
+    gc = _gc(s)
+    major, minor = _major_minor(body, "suspendMajor", "suspendMinor")
+    gc.suspend(major=major, minor=minor)
+    return _gc_status(gc)
+
+
+def gc_resume(s: _Services, params, body):
+    gc = _gc(s)
+    major, minor = _major_minor(body, "resumeMajor", "resumeMinor")
+    gc.resume(major=major, minor=minor)
+    return _gc_status(gc)
+
+
+ENDPOINTS: dict[str, dict[str, object]] = {
+    "config/server_config": {"GET": server_config_get, "PUT": server_config_put},
+    "ledger/list": {"GET": ledger_list},
+    "ledger/metadata": {"GET": ledger_metadata},
+    "ledger/read": {"GET": ledger_read},
+    "ledger/delete": {"DELETE": ledger_delete},
+    "bookie/list_bookies": {"GET": list_bookies},
+    "bookie/list_bookie_info": {"GET": list_bookie_info},
+    "bookie/last_log_mark": {"GET": last_log_mark},
+    "bookie/list_disk_file": {"GET": list_disk_file},
+    "bookie/is_ready": {"GET": is_ready},
+    "bookie/sanity": {"GET": sanity},
+    "bookie/cluster_info": {"GET": cluster_info},
+    "bookie/gc/suspend_compaction": {"GET": gc_status, "PUT": gc_suspend},
+    "bookie/gc/resume_compaction": {"GET": gc_status, "PUT": gc_resume},
+}
+"""Path under /api/v1/ -> {HTTP method: handler}."""
+
+
+# --- twisted.web plumbing -------------------------------------------------------------------------------
+
+
+def _classify(err: BaseException) -> tuple[int, str]:
+    from bkfast.meta import MetadataError
+
+    if isinstance(err, _ApiError):
+        return err.status, str(err)
+    if isinstance(err, BKNoSuchLedgerExistsException) or (isinstance(err, AdminError) and "does not exist" in str(err)):
+        return 404, str(err)
+    if isinstance(err, (AdminError, ConfigurationError, InvalidLedgerIdError)):
+        return 400, str(err)
+    if isinstance(err, (BKError, MetadataError, OSError)):
+        return 503, f"{type(err).__name__}: {err}"
+    log.error("admin API handler failed", exc_info=(type(err), err, err.__traceback__))
+    return 500, f"internal error: {type(err).__name__}: {err}"
+
+
+class _Endpoint(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, services: _Services, methods: dict):
+        super().__init__()
+        self.services = services
+        self.methods = methods
+
+    def render(self, request):
+        method = request.method.decode("ascii", "replace")
+        handler = self.methods.get("GET" if method == "HEAD" else method)
+        if request.postpath not in ([], [b""]):
+            return _reply(request, 404, {"error": "no such resource"})
+        if handler is None:
+            request.setHeader(b"Allow", ", ".join(self.methods).encode())
+            return _reply(request, 405, {"error": f"method {method} not allowed; use {' or '.join(self.methods)}"})
+        try:
+            params = {k.decode(): v[-1].decode() for k, v in request.args.items()}
+        except UnicodeDecodeError:
+            return _reply(request, 400, {"error": "parameters must be UTF-8"})
+        body = request.content.read() if request.content is not None else b""
+        finished = []
+        request.notifyFinish().addBoth(finished.append)
+        d = threads.deferToThread(handler, self.services, params, body)
+
+        def ok(result):
+            if not finished:
+                request.write(_reply(request, 200, result))
+                request.finish()
+
+        def failed(failure):
+            status, message = _classify(failure.value)
+            if not finished:
+                request.write(_reply(request, status, {"error": message}))
+                request.finish()
+
+        d.addCallbacks(ok, failed)
+        return server.NOT_DONE_YET
+
+
+def _reply(request, status: int, body) -> bytes:
+    request.setResponseCode(status)
+    if isinstance(body, Text):
+        request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+        return body.encode() + b"\n"
+    request.setHeader(b"Content-Type", b"application/json")
+    return (json.dumps(body, indent=2) + "\n").encode()
+
+
+class _Branch(resource.Resource):
+    """An inner path node: unknown children are 404 with a JSON body."""
+
+    def getChild(self, path, request):
+        return _NotFound()
+
+
+class _NotFound(resource.Resource):
+    isLeaf = True
+
+    def render(self, request):
+        return _reply(request, 404, {"error": f"no such resource: {request.path.decode('utf-8', 'replace')}"})
+
+
+class _LeafWithChildren(resource.Resource):
+    """An existing leaf endpoint (e.g. /api/v1/bookie/gc) that now has children (gc/suspend_compaction): the
+    leaf still answers its own path."""
+
+    def __init__(self, leaf: resource.Resource):
+        super().__init__()
+        self.leaf = leaf
+
+    def render(self, request):
+        return self.leaf.render(request)
+
+    def getChild(self, path, request):
+        if path == b"":
+            return self.leaf
+        return _NotFound()
+
+
+def _child(parent: resource.Resource, name: bytes) -> resource.Resource:
+    existing = parent.children.get(name)
+    if existing is None:
+        existing = _Branch()
+        parent.putChild(name, existing)
+    elif existing.isLeaf:
+        existing = _LeafWithChildren(existing)
+        parent.putChild(name, existing)
+    return existing
+
+
+def install_admin_api(root: resource.Resource, context) -> None:
+    """Add the endpoints of ENDPOINTS under `root`/api/v1/ (existing children such as bookie/state stay).
+    Call once per site, before the server listens. Also makes the ledger client share the running reactor."""
+    import crochet
+
+    try:
+        crochet.no_setup()          # the bookie's reactor runs in the main thread: crochet must not start one
+    except RuntimeError:
+        pass                        # crochet already set up (a process that owns a client reactor thread)
+    services = _Services(context)
+    v1 = _child(_child(root, b"api"), b"v1")
+    for path, methods in ENDPOINTS.items():
+        node = v1
+        *parents, leaf = path.split("/")
+        for name in parents:
+            node = _child(node, name.encode())
+        node.putChild(leaf.encode(), _Endpoint(services, methods))
+    from twisted.internet import reactor
+
+    reactor.addSystemEventTrigger("before", "shutdown", services.close)

@@ -1,0 +1,91 @@
+"""The bookie's read pool: reads that ledger storage cannot answer from memory run here, off the reactor.
+
+Owns: `numReadWorkerThreads` threads, each with its own queue. A read is queued on the thread chosen by
+its ledger (as Java's ordered read executor), so the reads of one ledger run in arrival order: the
+protocol relies on it for fencing reads and long-poll answers. Finished reads go back to the reactor in
+batches: whatever has finished when the reactor gets to it is delivered in ONE callFromThread, then the
+dirty connections are flushed once (the same coalesced writer as journal completions).
+
+Must never: touch a connection from a pool thread (results are delivered on the reactor), or let one
+thread's queue grow past `maxPendingReadRequestsPerThread` (the caller gets False and answers
+ETOOMANYREQUESTS).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class ReadPool:
+    """submit(ledger_key, read, deliver): deliver(result or exception) runs later on the reactor."""
+
+    def __init__(self, reactor, threads: int, max_pending_per_thread: int, after_delivery: Callable[[], None]):
+        self.reactor = reactor
+        self.max_pending_per_thread = max_pending_per_thread if max_pending_per_thread > 0 else 1 << 62
+        self._after_delivery = after_delivery
+        self._queues = [queue.SimpleQueue() for _ in range(max(1, threads))]
+        self._pending = [0] * len(self._queues)
+        self._lock = threading.Lock()
+        self._done: list = []
+        self._scheduled = False
+        self._threads = [threading.Thread(target=self._work, args=(i,), name=f"bookie-read-{i}", daemon=True)
+                         for i in range(len(self._queues))]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def size(self) -> int:
+        return len(self._threads)
+
+    def submit(self, ledger_key: int, read: Callable[[], object], deliver: Callable[[object], None]) -> bool:
+        """Queue `read` on the ledger's thread (reactor thread only). False: that thread's queue is full."""
+        i = ledger_key % len(self._queues)
+        if self._pending[i] >= self.max_pending_per_thread:
+            return False
+        self._pending[i] += 1
+        self._queues[i].put((read, deliver))
+        return True
+
+    def stop(self) -> None:
+        for q in self._queues:
+            q.put(_STOP)
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def _work(self, i: int) -> None:
+        q = self._queues[i]
+        while True:
+            job = q.get()
+            if job is _STOP:
+                return
+            read, deliver = job
+            try:
+                result = read()
+            except BaseException as error:  # delivered as the read's outcome
+                result = error
+            with self._lock:
+                self._done.append((i, deliver, result))
+                schedule = not self._scheduled
+                self._scheduled = True
+            if schedule:
+                self.reactor.callFromThread(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+            self._scheduled = False
+        pending = self._pending
+        for i, deliver, result in done:
+            pending[i] -= 1
+            try:
+                deliver(result)
+            except Exception:
+                log.exception("delivering a read failed")
+        self._after_delivery()

@@ -1,0 +1,76 @@
+"""The bookie process's ZooKeeper side: cookies before start, registration after listening, cleanup on stop.
+
+The order: connect (`metadataServiceUri`) once the bookie port is bound (a port in use leaves nothing in
+ZooKeeper), check the cookies of every journal/ledger/index dir against ZooKeeper's (refuse to start on
+any difference, write them on a new bookie), and, once the bookie listens, register
+`available/<bookieId>` (or `available/readonly/<bookieId>`) with the advertised host. Every call here
+blocks on ZooKeeper: never call it on the reactor thread (the service uses the reactor's thread pool).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bkfast.conf import ServerConfiguration
+from bkfast.errors import MetadataError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MetadataSession"]
+
+
+class MetadataSession:
+    """One ZooKeeper session of a bookie: its cookies, its registration, and the session's end."""
+
+    def __init__(self, conf: ServerConfiguration):
+        """Connect to the metadata service; MetadataError (one line naming metadataServiceUri) when ZooKeeper
+        does not answer within zkTimeout (at least 5 s)."""
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        from bkfast.meta import metadata_from_conf
+        from bkfast.meta.zk_client import make_zk_client
+
+        self.conf = conf
+        connect, self.root, _ = metadata_from_conf(conf)
+        timeout_s = conf.get("zkTimeout") / 1000.0
+        self.zk = make_zk_client(connect, timeout_s)   # reconnects within a second after an outage
+        wait_s = max(timeout_s, 5.0)
+        try:
+            self.zk.start(timeout=wait_s)
+        except KazooTimeoutError:
+            self.zk.close()
+            raise MetadataError(
+                f"cannot reach ZooKeeper at {connect} (metadataServiceUri {conf.get('metadataServiceUri')}) within "
+                f"{wait_s:g} s: start it, or give the bookie its configuration (--conf bk_server.conf, or "
+                "-D metadataServiceUri=...); --no-metadata serves without one") from None
+        self.registration = None
+
+    def check_cookies(self, bid: str) -> None:
+        """Check (or, on a new bookie, write) the cookies of bookie `bid` (`bkfast.ids.bookie_address`'s id:
+        bookieId, or the advertised host and bookiePort). Call it once the bookie port is bound."""
+        from bkfast.meta import check_or_create_cookies
+
+        check_or_create_cookies(self.zk, self.root, self.conf, bid)
+
+    def register(self, bid: str, host: str, port: int, read_only: bool) -> None:
+        from bkfast.meta import BookieRegistration, bookie_service_info
+
+        self.registration = BookieRegistration(self.zk, self.root, bid, bookie_service_info(host, port))
+        self.registration.register(read_only=read_only)
+        log.info("bookie %s registered under %s/available%s", bid, self.root, "/readonly" if read_only else "")
+
+    def sync_read_only(self, read_only: bool) -> None:
+        """Move the registration between available/ and available/readonly/ if it is on the other side."""
+        registration = self.registration
+        if registration is not None and registration.read_only != read_only:
+            registration.set_read_only(read_only)
+            log.info("bookie %s re-registered as %s", registration.bookie_id,
+                     "read-only" if read_only else "writable")
+
+    def close(self) -> None:
+        try:
+            if self.registration is not None:
+                self.registration.unregister()
+        finally:
+            self.zk.stop()
+            self.zk.close()

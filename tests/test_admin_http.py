@@ -1,0 +1,228 @@
+"""The HTTP admin endpoints (bkfast/http/admin_api.py) of a real bookie process in a real cluster (ZooKeeper +
+2 more bookie processes): Java's paths, parameters and JSON shapes (spec §9.2), 400/404/405 for mistakes, and
+a property-based fuzz of every endpoint of docs/admin-api.openapi.json: never a 5xx."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bkfast import BookKeeper
+from bkfast.cli.local_cluster import LocalBookie, free_port
+from bkfast.http.admin_api import ENDPOINTS
+
+from .client_cluster import Cluster
+
+pytestmark = pytest.mark.zookeeper
+
+OPENAPI = json.loads((Path(__file__).resolve().parent.parent / "docs" / "admin-api.openapi.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def api(zookeeper_server, tmp_path_factory):
+    cluster = Cluster(zookeeper_server, tmp_path_factory.mktemp("http-cluster"), bookies=2,
+                      dbStorage_writeCacheMaxSizeMb="16", dbStorage_readAheadCacheMaxSizeMb="16")
+    http_port = free_port()
+    bookie = LocalBookie(tmp_path_factory.mktemp("http-bookie"), free_port(), cluster.metadata_uri,
+                         {"httpServerEnabled": "true", "httpServerPort": str(http_port),
+                          "dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16",
+                          "journalMaxGroupWaitMSec": "1"})
+    try:
+        bookie.start()
+        cluster.wait_registered(3)
+        with BookKeeper(cluster.metadata_uri, timeout=60) as bk:
+            lh = bk.create_ledger(3, 2, 2, password=b"http")
+            lh.add_entries([f"entry-{i}".encode() for i in range(5)])
+            lh.close()
+        cluster.http_port = http_port
+        cluster.http_bookie = bookie
+        cluster.ledger_id = lh.ledger_id
+        yield cluster
+    finally:
+        bookie.stop()
+        cluster.stop()
+
+
+def call(api, path, method="GET", body=None, raw=None, **params):
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(f"http://127.0.0.1:{api.http_port}{path}{query}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode(), resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(), err.headers.get("Content-Type", "")
+
+
+def ok_json(api, path, method="GET", body=None, **params):
+    status, text, _ = call(api, path, method, body, **params)
+    assert status == 200, text
+    return json.loads(text)
+
+
+def error(api, path, status, method="GET", body=None, raw=None, **params) -> str:
+    got, text, ctype = call(api, path, method, body, raw, **params)
+    assert got == status, text
+    assert ctype == "application/json"
+    return json.loads(text)["error"]
+
+
+def test_openapi_describes_every_endpoint():
+    described = {(path, method.upper()) for path, ops in OPENAPI["paths"].items() for method in ops}
+    served = {("/api/v1/" + path, method) for path, methods in ENDPOINTS.items() for method in methods}
+    assert described == served
+
+
+def test_server_config_get_and_put(api):
+    conf = ok_json(api, "/api/v1/config/server_config")
+    assert conf["httpServerEnabled"] == "true" and conf["bookiePort"] == str(api.http_bookie.port)
+    assert all(isinstance(v, str) for v in conf.values())
+    status, text, ctype = call(api, "/api/v1/config/server_config", "PUT", {"journalMaxBackups": 7})
+    assert (status, text.strip(), ctype) == (200, "Success set server config.", "text/plain; charset=utf-8")
+    assert ok_json(api, "/api/v1/config/server_config")["journalMaxBackups"] == "7"
+    assert "journalMaxBackups" in error(api, "/api/v1/config/server_config", 400, "PUT", {"journalMaxBackups": "x"})
+    assert "not JSON" in error(api, "/api/v1/config/server_config", 400, "PUT", raw=b"{nope")
+    error(api, "/api/v1/config/server_config", 400, "PUT", raw=b"")
+    assert ok_json(api, "/api/v1/config/server_config")["journalMaxBackups"] == "7"
+
+
+def test_ledger_list_metadata_read(api):
+    lid = str(api.ledger_id)
+    assert ok_json(api, "/api/v1/ledger/list")[lid] is None
+    listed = ok_json(api, "/api/v1/ledger/list", print_metadata="true", decode_meta="true")
+    md = listed[lid]
+    assert (md["state"], md["lastEntryId"], md["closed"], md["password"]) == ("CLOSED", 4, True, "aHR0cA==")
+    assert list(md) == ["ledgerId", "metadataFormatVersion", "ensembleSize", "writeQuorumSize", "ackQuorumSize",
+                        "state", "length", "lastEntryId", "ctime", "digestType", "password", "customMetadata",
+                        "closed", "allEnsembles", "ctoken"]
+    assert isinstance(ok_json(api, "/api/v1/ledger/list", print_metadata="true")[lid], str)
+    assert ok_json(api, "/api/v1/ledger/list", print_metadata="true", page="2") == {}
+    assert ok_json(api, "/api/v1/ledger/metadata", ledger_id=lid) == {lid: md}
+    assert ok_json(api, "/api/v1/ledger/metadata", ledger_id=lid, ledger_scope_id="0") == {lid: md}
+    assert ok_json(api, "/api/v1/ledger/read", ledger_id=lid) == {str(i): f"entry-{i}" for i in range(5)}
+    assert ok_json(api, "/api/v1/ledger/read", ledger_id=lid, start_entry_id="1", end_entry_id="2") == {
+        "1": "entry-1", "2": "entry-2"}
+    assert ok_json(api, "/api/v1/ledger/read", ledger_id=lid, page="1")["Entries for page: "] == "1"
+    assert "after end_entry_id" in error(api, "/api/v1/ledger/read", 400, ledger_id=lid, start_entry_id="3",
+                                         end_entry_id="1")
+    assert "does not exist" in error(api, "/api/v1/ledger/metadata", 404, ledger_id="987654321")
+    assert "expected an integer" in error(api, "/api/v1/ledger/metadata", 400, ledger_id="abc")
+    assert "missing parameter ledger_id" in error(api, "/api/v1/ledger/read", 400)
+    assert "expected true or false" in error(api, "/api/v1/ledger/list", 400, print_metadata="maybe")
+
+
+def test_ledger_delete(api):
+    with BookKeeper(api.metadata_uri, timeout=60) as bk:
+        lh = bk.create_ledger(2, 2, 2)
+        lh.close()
+    lid = str(lh.ledger_id)
+    assert "use DELETE" in error(api, "/api/v1/ledger/delete", 405, ledger_id=lid)
+    assert ok_json(api, "/api/v1/ledger/delete", "DELETE", ledger_id=lid) == f"Deleted ledger: {lid}"
+    error(api, "/api/v1/ledger/metadata", 404, ledger_id=lid)
+    error(api, "/api/v1/ledger/delete", 404, "DELETE", ledger_id=lid)
+
+
+def test_bookie_endpoints(api):
+    ids = sorted(b.bookie_id for b in api.bookies + [api.http_bookie])
+    assert sorted(ok_json(api, "/api/v1/bookie/list_bookies", type="rw")) == ids
+    assert ok_json(api, "/api/v1/bookie/list_bookies", type="ro") == {}
+    assert all(isinstance(v, str) for v in
+               ok_json(api, "/api/v1/bookie/list_bookies", type="rw", print_hostnames="true").values())
+    assert "type" in error(api, "/api/v1/bookie/list_bookies", 400)
+    info = ok_json(api, "/api/v1/bookie/list_bookie_info")
+    assert sorted(k for k in info if k != "ClusterInfo: ") == ids
+    assert info["ClusterInfo: "].startswith("{Free: ") and all(v.startswith(": {Free: ") for k, v in info.items()
+                                                               if k != "ClusterInfo: ")
+    (mark,) = ok_json(api, "/api/v1/bookie/last_log_mark").items()
+    assert mark[0].startswith("LastLogMark: Journal Id - ") and mark[1].startswith("Pos - ")
+    files = ok_json(api, "/api/v1/bookie/list_disk_file")
+    assert set(files) == {"journal files", "entrylog files", "index files"}
+    assert files["journal files"].endswith(".txn\t")
+    assert set(ok_json(api, "/api/v1/bookie/list_disk_file", file_type="journal")) == {"journal files"}
+    error(api, "/api/v1/bookie/list_disk_file", 400, file_type="nope")
+    assert call(api, "/api/v1/bookie/is_ready")[:2] == (200, "OK\n")
+    assert ok_json(api, "/api/v1/bookie/sanity") == {"passed": True, "readOnly": False}
+    cluster_info = ok_json(api, "/api/v1/bookie/cluster_info")
+    assert cluster_info == {"auditorElected": False, "auditorId": "", "clusterUnderReplicated": False,
+                            "ledgerReplicationEnabled": True, "totalBookiesCount": 3, "writableBookiesCount": 3,
+                            "readonlyBookiesCount": 0, "unavailableBookiesCount": 0}
+
+
+def test_gc_suspend_and_resume(api):
+    path = "/api/v1/bookie/gc/suspend_compaction"
+    assert ok_json(api, path) == {"isMajorGcSuspended": "false", "isMinorGcSuspended": "false"}
+    assert ok_json(api, path, "PUT", {"suspendMajor": True}) == {"isMajorGcSuspended": "true",
+                                                                 "isMinorGcSuspended": "false"}
+    assert ok_json(api, "/api/v1/bookie/gc/resume_compaction")["isMajorGcSuspended"] == "true"
+    assert ok_json(api, "/api/v1/bookie/gc/resume_compaction", "PUT", {"resumeMajor": True}) == {
+        "isMajorGcSuspended": "false", "isMinorGcSuspended": "false"}
+    error(api, path, 400, "PUT", {"suspendMajor": "yes"})
+    error(api, path, 400, "PUT", {"other": True})
+    error(api, path, 405, "DELETE")
+
+
+def test_unknown_paths_are_404_and_old_endpoints_stay(api):
+    assert call(api, "/api/v1/bookie/nope")[0] == 404          # under the site's own nodes: twisted's 404 page
+    assert call(api, "/api/v1/nope")[0] == 404
+    error(api, "/api/v1/ledger/nope", 404)
+    error(api, "/api/v1/ledger/list/extra", 404)
+    error(api, "/api/v1/bookie/gc/suspend_compaction/x", 404)
+    assert call(api, "/api/v1/bookie/state")[0] == 200
+    assert call(api, "/heartbeat")[:2] == (200, "OK\n")
+
+
+# --- fuzz: every operation of the OpenAPI description, random parameters and bodies; never 5xx ------------
+
+_OPERATIONS = sorted((path, method) for path, ops in OPENAPI["paths"].items() for method in ops)
+_JUNK = st.one_of(st.text(max_size=12), st.integers(-(2**65), 2**65).map(str), st.sampled_from(
+    ["", "-1", "0", "1", "true", "false", "rw", "ro", "journal", "0x10", "1e3", "%00", "\u00e9"]))
+
+
+def _value(schema):
+    if schema.get("enum"):
+        return st.one_of(st.sampled_from(schema["enum"]), _JUNK)
+    if schema.get("type") == "integer":
+        return st.one_of(st.integers(-5, 2**64).map(str), _JUNK)
+    return _JUNK
+
+
+@st.composite
+def requests(draw, operation):
+    path, method = operation
+    op = OPENAPI["paths"][path][method]
+    params = {}
+    for p in op.get("parameters", []):
+        if p.get("required") or draw(st.booleans()):
+            params[p["name"]] = draw(_value(p["schema"]))
+    if draw(st.integers(0, 9)) == 0:
+        method = draw(st.sampled_from(["get", "put", "post", "delete"]))
+    body = None
+    if method in ("put", "post"):
+        body = draw(st.one_of(
+            # configuration keys that change nothing the later tests rely on
+            st.dictionaries(st.sampled_from(["suspendMajor", "suspendMinor", "resumeMajor", "resumeMinor",
+                                             "journalMaxBackups", "diskUsageWarnThreshold", "x"]),
+                            st.one_of(st.booleans(), st.integers(-3, 10**6), st.text(max_size=5)), max_size=3)
+            .map(lambda d: json.dumps(d).encode()),
+            st.binary(max_size=20)))
+    return path, method.upper(), params, body
+
+
+@pytest.mark.parametrize("operation", _OPERATIONS, ids=[f"{m} {p}" for p, m in _OPERATIONS])
+def test_fuzz_every_endpoint_never_answers_5xx(api, operation):
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(request=requests(operation))
+    def fuzz(request):
+        path, method, params, body = request
+        status, text, _ctype = call(api, path, method, raw=body, **params)
+        assert status < 500, (path, method, params, body, status, text)
+
+    fuzz()
+    assert api.http_bookie.alive()
