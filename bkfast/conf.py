@@ -773,6 +773,10 @@ class ServerConfiguration(Configuration):
     num_read_worker_threads = _Setting("numReadWorkerThreads")
     max_pending_add_requests_per_thread = _Setting("maxPendingAddRequestsPerThread")
     max_pending_read_requests_per_thread = _Setting("maxPendingReadRequestsPerThread")
+    wait_timeout_on_response_backpressure_ms = _Setting("waitTimeoutOnResponseBackpressureMs")
+    server_connection_output_limit_bytes = _Setting("serverConnectionOutputLimitBytes")
+    test_entry_log_read_delay_ms = _Setting("testEntryLogReadDelayMs")
+    test_write_cache_flush_delay_ms = _Setting("testWriteCacheFlushDelayMs")
     # Operations
     http_server_enabled = _Setting("httpServerEnabled")
     http_server_port = _Setting("httpServerPort")

@@ -455,3 +455,16 @@ def test_paced_background_flushes_keep_up_with_adds_that_fill_the_cache(tmp_path
         assert storage.directories[0].entry_location(0, 3, 5000) is not None
     finally:
         storage.close()
+
+
+def test_an_index_store_held_by_another_opener_says_so_not_restore_from_backup(tmp_path):
+    from bkfast.dbstorage.index import RocksStore
+    from bkfast.errors import StorageCorruptionError
+
+    first = RocksStore(tmp_path / "locations")
+    try:
+        with pytest.raises(StorageCorruptionError, match="in use by another process") as info:
+            RocksStore(tmp_path / "locations")
+        assert "backup" not in str(info.value)
+    finally:
+        first.close()

@@ -2,8 +2,10 @@
 
 Owns only the command line: the flags, and the ServerConfiguration they build (file < BK_* env <
 `-D key=value` < --port/--read-only), logging, and turning a user's mistake (bad configuration, cookie
-mismatch, bookie id in use) into one line. Everything the process does is `bkfast.server.BookieService`:
-metadata (cookies, registration), the Bookie, the listener, the admin HTTP server, signals and shutdown.
+mismatch, bookie id in use, a port in use, unusable dirs, no ZooKeeper, a cluster not initialized) into
+one line on stderr and exit code 1 (2 for usage); `--verbose` adds the traceback. Everything the process
+does is `bkfast.server.BookieService`: metadata (cookies, registration), the Bookie, the listener, the
+admin HTTP server, signals and shutdown.
 `--no-metadata` serves without ZooKeeper, for benchmarks and tests (it checks, and on a new bookie writes,
 only the cookie files in its directories).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 
 import click
 
@@ -35,7 +38,9 @@ from bkfast.errors import ConfigurationError, MetadataError, StorageCorruptionEr
                    "Clients must be given this bookie's address directly.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO",
               show_default=True, help="Log level (DEBUG adds per-flush timings, slow journal batches, slow GC runs).")
-def bookie(conf_path, overrides, port, read_only, no_metadata, log_level) -> None:
+@click.option("-v", "--verbose", is_flag=True, default=False,
+              help="Show the traceback of an error that stops the start.")
+def bookie(conf_path, overrides, port, read_only, no_metadata, log_level, verbose) -> None:
     """Run a bookie: journal replay, then serve v2 and v3 on listeningInterface:bookiePort."""
     values = {}
     for item in overrides:
@@ -51,7 +56,7 @@ def bookie(conf_path, overrides, port, read_only, no_metadata, log_level) -> Non
         conf = ServerConfiguration.load(conf_path, values)
         conf.validate()
     except ConfigurationError as err:
-        raise click.ClickException(str(err)) from err
+        raise _one_line(err, verbose) from None
     if read_only:
         conf.set("forceReadOnlyBookie", "true")
     logging.basicConfig(level=getattr(logging, log_level), stream=sys.stderr,
@@ -62,7 +67,16 @@ def bookie(conf_path, overrides, port, read_only, no_metadata, log_level) -> Non
         log_slow_gc()
     try:
         code = BookieService(conf, use_metadata=not no_metadata).run()
-    # bad storage class, cookie mismatch, id in use, port taken; a corrupt RocksDB store (the message names it)
-    except (ConfigurationError, MetadataError, StorageCorruptionError) as err:
-        raise click.ClickException(str(err)) from err
+    # bad storage class, unusable dirs, cookie mismatch, id in use, port taken, no ZooKeeper, no cluster; a
+    # corrupt RocksDB store (the message names it); an OSError names its file
+    except (ConfigurationError, MetadataError, StorageCorruptionError, OSError) as err:
+        raise _one_line(err, verbose) from None
     sys.exit(code)
+
+
+def _one_line(err: BaseException, verbose: bool) -> click.ClickException:
+    """The error as one line for stderr (exit 1); under --verbose its traceback is printed first."""
+    if verbose:
+        traceback.print_exception(err, file=sys.stderr)
+    text = " ".join(str(err).split()) or type(err).__name__
+    return click.ClickException(text)

@@ -4,13 +4,17 @@ Metadata: embedded (default; `embedded://<data dir>/metadata`, held by this proc
 the bookies), or a real ZooKeeper (`--zk` starts Debian's ZooKeeper on a free loopback port; `--zk-connect`
 uses a running one), so Java clients and Spark executors can join. N bookies run as `bkfast bookie`
 subprocesses on loopback ports with their data under the data dir; a data dir used before keeps its
-bookie ports (ledger metadata names bookies by address). `DIR/sandbox.json` (`metadata_uri`, `bookies`)
-is written once the cluster serves. `--demo` writes and reads a ledger and shows recovery and fencing.
-The cluster serves until Ctrl-C / SIGTERM; then every bookie (and ZooKeeper) is stopped by pid.
+bookie ports (ledger metadata names bookies by address). `DIR/sandbox.json` (`metadata_uri`, `bookies`,
+the sandbox's `pid`) is written once the cluster serves; `DIR/sandbox.lock` (flock) keeps a second sandbox
+off a data dir in use. A user's mistake (an unreachable --zk-connect, a data dir in use, a bookie that
+cannot start) is one line on stderr and exit code 1 (2 for usage); `--verbose` adds the traceback.
+`--demo` writes and reads a ledger and shows recovery and fencing. The cluster serves until Ctrl-C /
+SIGTERM; then every bookie (and ZooKeeper) is stopped by pid.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -20,15 +24,20 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import click
+
+from bkfast.errors import BKError, ConfigurationError, MetadataError
 
 from .local_cluster import LocalBookie, free_port, start_bookies
 
 log = logging.getLogger(__name__)
 
 SANDBOX_FILE = "sandbox.json"
+LOCK_FILE = "sandbox.lock"
+ZK_CONNECT_TIMEOUT_S = 10.0
 
 
 class _Stop(Exception):
@@ -51,6 +60,37 @@ class Sandbox:
         self.driver = None
         self.bookies: list[LocalBookie] = []
         self.metadata_uri = ""
+        self._lock_fd: int | None = None
+
+    def _lock(self) -> None:
+        """Hold `DIR/sandbox.lock` for the life of this process (the kernel drops it when the process ends);
+        ClickException naming the running sandbox's pid when another process holds it."""
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder_pid(fd)
+            os.close(fd)
+            who = f"a running sandbox (pid {holder})" if holder else "another running sandbox"
+            stop = f"stop it (kill {holder})" if holder else "stop it"
+            raise click.ClickException(
+                f"data dir {self.data_dir} is used by {who}; {stop} or give another --data-dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _holder_pid(self, lock_fd: int) -> int | None:
+        """The pid of the sandbox holding the lock: sandbox.json's `pid` if that process is alive, else the
+        pid the lock file names (the holder writes it; sandbox.json appears only once the cluster serves)."""
+        candidates = [self._previous().get("pid")]
+        try:
+            candidates.append(int(os.pread(lock_fd, 32, 0).decode().strip() or 0))
+        except (OSError, ValueError):
+            pass
+        for pid in candidates:
+            if isinstance(pid, int) and pid > 0 and pid != os.getpid() and _alive(pid):
+                return pid
+        return None
 
     def _previous(self) -> dict:
         try:
@@ -85,11 +125,21 @@ class Sandbox:
 
     def _init_zk(self, connect: str) -> str:
         from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
 
         from bkfast.meta import zk_layout
+        from bkfast.server.metadata import quiet_kazoo_connect
 
         client = KazooClient(hosts=connect, timeout=15.0)
-        client.start(timeout=30)
+        try:
+            with quiet_kazoo_connect():
+                client.start(timeout=ZK_CONNECT_TIMEOUT_S)
+        except KazooTimeoutError:
+            client.close()
+            what = "the sandbox's ZooKeeper" if self.start_zk else "--zk-connect"
+            raise click.ClickException(
+                f"cannot reach ZooKeeper at {connect} ({what}) within {ZK_CONNECT_TIMEOUT_S:g} s: start it and "
+                "check HOST:PORT, or use --zk to start a local one") from None
         try:
             if client.exists("/ledgers/LAYOUT") is None:
                 zk_layout.init_new_cluster(client, "/ledgers")
@@ -102,7 +152,12 @@ class Sandbox:
         from bkfast.meta.factory import open_metadata_driver
         from bkfast.reactor import call, start_reactor_thread
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.ClickException(f"--data-dir {self.data_dir}: cannot create it ({err.strerror}); give a "
+                                       "directory this user can create and write") from err
+        self._lock()
         if self.start_zk:
             from .local_zookeeper import ZooKeeperServer
 
@@ -121,7 +176,10 @@ class Sandbox:
         self.bookies = [LocalBookie(self.data_dir / f"bookie-{index}",
                                     ports[index] if index < len(ports) else free_port(), zk_uri)
                         for index in range(self.num_bookies)]
-        start_bookies(self.bookies)
+        try:
+            start_bookies(self.bookies)
+        except RuntimeError:
+            raise click.ClickException(self._bookie_failure()) from None
         for bookie in self.bookies:
             log.info("sandbox bookie %s started (pid %d)", bookie.bookie_id, bookie.pid)
         if zk_uri is None:
@@ -135,7 +193,7 @@ class Sandbox:
             if time.monotonic() > deadline:
                 raise click.ClickException("bookies did not register within 60 s")
             time.sleep(0.2)
-        info = {"metadata_uri": self.metadata_uri, "bookies": [b.bookie_id for b in self.bookies],
+        info = {"pid": os.getpid(), "metadata_uri": self.metadata_uri, "bookies": [b.bookie_id for b in self.bookies],
                 "pids": {b.bookie_id: b.pid for b in self.bookies}, "data_dir": str(self.data_dir)}
         if self.zk_server is not None:
             info["zookeeper_pid"] = self.zk_server.pid
@@ -161,6 +219,31 @@ class Sandbox:
                 log.exception("closing the metadata driver failed")
         if self.zk_server is not None:
             self.zk_server.stop()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)         # releases the flock
+            self._lock_fd = None
+
+    def _bookie_failure(self) -> str:
+        """One line for bookies that did not start: the first one's own error line (its log's "Error: ...")."""
+        for bookie in self.bookies:
+            try:
+                lines = bookie.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            error = next((line[len("Error: "):] for line in reversed(lines) if line.startswith("Error: ")), None)
+            if error:
+                return f"bookie {bookie.bookie_id} did not start: {error} (log: {bookie.log_path})"
+        return f"a bookie did not start; see its log under {self.data_dir}/bookie-*/bookie.log"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
@@ -220,7 +303,8 @@ def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
 @click.option("--demo", is_flag=True, default=False, help="Run a short write/read/recovery demo.")
 @click.option("--demo-entries", type=click.IntRange(1), default=10000, show_default=True)
 @click.option("--exit-after-demo", is_flag=True, default=False, help="Stop the cluster after the demo.")
-def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exit_after_demo) -> None:
+@click.option("-v", "--verbose", is_flag=True, default=False, help="Show the traceback of an error.")
+def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exit_after_demo, verbose) -> None:
     """Start a local cluster (metadata + N bookies) and serve until Ctrl-C."""
     if start_zk and zk_connect:
         raise click.UsageError("--zk and --zk-connect exclude each other")
@@ -231,7 +315,7 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exi
         data_dir = Path(tempfile.mkdtemp(prefix="bkfast-sandbox-"))
     cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect)
     signal.signal(signal.SIGTERM, _raise_stop)
-    code = 0
+    error = failure = None
     try:
         cluster.start()
         click.echo(f"sandbox ready: metadata {cluster.metadata_uri}")
@@ -247,12 +331,19 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exi
     except (KeyboardInterrupt, _Stop):
         click.echo("stopping the sandbox")
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        code = 1
+        error, failure = exc.format_message(), exc
+    except (ConfigurationError, MetadataError, BKError, OSError) as exc:
+        # meant for the user (the embedded store in use, no ZooKeeper package, a full disk): one line
+        error, failure = " ".join(str(exc).split()) or type(exc).__name__, exc
     finally:
+        if failure is not None and verbose:
+            traceback.print_exception(failure, file=sys.stderr)
         cluster.stop()
         if temporary:
             # a sandbox without --data-dir is throw-away: nothing else can reopen its temp dir
             shutil.rmtree(data_dir, ignore_errors=True)
             click.echo(f"removed {data_dir}")
-    sys.exit(code)
+    if error is not None:
+        click.echo(f"Error: {error}", err=True)      # last, after the stop's log lines
+        sys.exit(1)
+    sys.exit(0)

@@ -104,6 +104,9 @@ def open_error(path: Path, err: Exception) -> Exception:
         what = (f"RocksDB store {path} is corrupt ({text}); the bookie cannot start on it: restore this "
                 "directory from a backup, or wipe the bookie (bkfast shell bookieformat --force) and let "
                 "AutoRecovery re-replicate its ledgers")
+    elif "lock" in text.lower() and ("resource temporarily unavailable" in text.lower() or "LOCK" in text):
+        what = (f"RocksDB store {path} is in use by another process (its LOCK is held): another bookie (or a "
+                "shell command) runs on this directory; stop it, or give this bookie other directories")
     else:
         what = (f"RocksDB store {path} cannot open ({text}); check the directory's files and permissions, "
                 "or restore it from a backup")

@@ -3,7 +3,8 @@
 Owns the order of things. start(): log the configuration's unknown keys; bind the bookie port (and the
 admin HTTP port) on the address `bkfast.ids.bookie_address` gives (listeningInterface's address; bookiePort=0
 takes the port the kernel picks: the bookie id and so the cookie name it), so that a port in use stops the
-bookie before anything is written anywhere; connect to the metadata service and check (or write) the
+bookie before anything is written anywhere; check that every journal, ledger and index dir can be created
+and written (`check_dirs`: one error naming the key); connect to the metadata service and check (or write) the
 cookies (with --no-metadata: check, or on a new bookie write, the cookie files of the directories alone);
 start the Bookie (journal replay) and the metadata driver the garbage collector asks (it shares the
 bookie's ZooKeeper session); only then listen on the bound sockets (connections are refused until the
@@ -23,9 +24,11 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
 from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.errors import ConfigurationError
@@ -35,7 +38,7 @@ from .metadata import MetadataSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BookieService", "DRAIN_TIMEOUT_S", "log_slow_gc"]
+__all__ = ["BookieService", "DRAIN_TIMEOUT_S", "check_dirs", "log_slow_gc"]
 
 DRAIN_TIMEOUT_S = 10.0
 SLOW_GC_LOG_S = 0.005
@@ -68,6 +71,38 @@ def _bind_error(host: str, port: int, key: str, err: OSError) -> str:
     if err.errno == errno.EACCES:
         return f"{key}: no permission to bind {host}:{port} (ports below 1024 need privileges); set another {key}"
     return f"{key}: cannot bind {host}:{port}: {err.strerror or err}"
+
+
+def check_dirs(conf: ServerConfiguration) -> None:
+    """Create `current/` in every journal, ledger and index dir and check that this user may read and write
+    it: ConfigurationError naming the key, the dir and the reason (a path under a regular file, no
+    permission, a read-only file system) before anything is written to ZooKeeper or any dir."""
+    journal_key = "journalDirectories" if conf.is_set("journalDirectories") else "journalDirectory"
+    groups = [(journal_key, conf.get("journalDirectories") or [conf.get("journalDirectory")]),
+              ("ledgerDirectories", conf.get("ledgerDirectories"))]
+    if conf.is_set("indexDirectories"):
+        groups.append(("indexDirectories", conf.get("indexDirectories")))
+    for key, dirs in groups:
+        for d in dirs:
+            current = Path(d) / "current"
+            try:
+                current.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise ConfigurationError(
+                    f"{key}: cannot create {current} ({err.strerror}: {err.filename}); give {key} a directory "
+                    "this user can create, read and write") from None
+            if not os.access(current, os.R_OK | os.W_OK | os.X_OK):
+                reason = "a read-only file system" if _read_only_fs(current) else "no permission"
+                raise ConfigurationError(
+                    f"{key}: {current} is not readable and writable by this user (uid {os.getuid()}: {reason}); "
+                    f"fix its permissions or give {key} another directory")
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def listen_on(reactor, sock: socket.socket, factory, key: str, backlog: int = 50):
@@ -119,6 +154,7 @@ class BookieService:
         log_unknown_keys(conf)
         self._bind()
         try:
+            check_dirs(conf)          # an unusable dir stops the start before ZooKeeper is touched
             if self.use_metadata:
                 self.meta = MetadataSession(conf)
                 try:
