@@ -15,7 +15,7 @@ install: $(PY)
 	$(PIP) install --quiet -e .
 
 install-test: $(PY)
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test,spark]"
 
 system-deps:
 	bash scripts/install-system-deps.sh

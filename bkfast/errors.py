@@ -372,6 +372,22 @@ class StorageCorruptionError(BKBookieIOException):
     """Stored data (entry log or index) is not what its location or header says it is."""
 
 
+class StreamError(BKIncorrectParameterException):
+    """A named log stream operation was refused (bad name, bad position, bad option)."""
+
+
+class NoSuchStreamError(StreamError):
+    """The named log stream does not exist."""
+
+
+class StreamExistsError(StreamError):
+    """A log stream of that name already exists."""
+
+
+class StreamFencedError(BKLedgerFencedException):
+    """Another writer took over the log stream; this writer can no longer append."""
+
+
 # --- the one table of wire codes -------------------------------------------------------------------
 # (error class, v2 rc, v3 status). EOK is absent: success is not an error.
 ERROR_TABLE: tuple[tuple[type[BKError], V2Rc, V3Status], ...] = (

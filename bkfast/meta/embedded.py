@@ -32,6 +32,7 @@ from bkfast.ids import LedgerId
 
 from .driver import Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
+from .stream_store import EmbeddedStreamStore
 from .zk_driver import bookie_info_from_data, new_ctoken
 from .zk_layout import MetadataError
 
@@ -145,7 +146,7 @@ def _path_from_uri(uri: str) -> str:
     return os.path.realpath(path)
 
 
-class EmbeddedMetadataDriver(MetadataDriver):
+class EmbeddedMetadataDriver(EmbeddedStreamStore, MetadataDriver):
     """``embedded:///abs/path/dir``; see the module docstring."""
 
     def __init__(self, uri: str, conf=None, **_options):
