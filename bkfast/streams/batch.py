@@ -62,28 +62,30 @@ def encode_batch(values: list, keys: list | None, timestamps: list[int], base_in
     if n == 0:
         raise StreamError("a record batch needs at least one record")
     voff = array("i", accumulate(map(len, values), initial=0))
-    vlen = voff[-1]
-    has_keys = keys is not None and any(k is not None for k in keys)
-    parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, _FLAG_KEYS if has_keys else 0, 0, n, vlen, base_index),
-             array("q", timestamps).tobytes(), voff.tobytes()]
-    if (n + 1) & 1:
-        parts.append(b"\0\0\0\0")
-    if has_keys:
+    key_parts = None
+    if keys is not None and any(k is not None for k in keys):
         bits = bytearray((n + 7) >> 3)
         for i, k in enumerate(keys):
             if k is not None:
                 bits[i >> 3] |= 1 << (i & 7)
-        parts.append(bytes(bits) + b"\0" * _pad(len(bits)))
         klist = [b"" if k is None else k for k in keys]
-        koff = array("i", accumulate(map(len, klist), initial=0))
-        parts.append(koff.tobytes())
-        if (n + 1) & 1:
-            parts.append(b"\0\0\0\0")
-        parts.append(b"".join(values))
-        parts.append(b"\0" * _pad(vlen))
-        parts.append(b"".join(klist))
+        key_parts = (bytes(bits), array("i", accumulate(map(len, klist), initial=0)).tobytes(), b"".join(klist))
+    return encode_sections(n, array("q", timestamps).tobytes(), voff.tobytes(), b"".join(values), key_parts,
+                           base_index)
+
+
+def encode_sections(n: int, timestamps: bytes, value_offsets: bytes, value_data, key_parts, base_index: int) -> bytes:
+    """A batch from its sections already in their final form (the Arrow writer path): `timestamps`
+    n int64, `value_offsets` n+1 int32 starting at 0, `key_parts` None or (bitmap, key offsets, key data)."""
+    vlen = len(value_data)
+    pad4 = b"\0\0\0\0" if (n + 1) & 1 else b""
+    parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, _FLAG_KEYS if key_parts else 0, 0, n, vlen, base_index),
+             timestamps, value_offsets, pad4]
+    if key_parts:
+        bitmap, koffs, kdata = key_parts
+        parts += [bitmap, b"\0" * _pad(len(bitmap)), koffs, pad4, value_data, b"\0" * _pad(vlen), kdata]
     else:
-        parts.append(b"".join(values))
+        parts.append(value_data)
     return b"".join(parts)
 
 
