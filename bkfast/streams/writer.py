@@ -96,6 +96,7 @@ class AsyncStreamWriter:
         self._flush_waiters: list[defer.Deferred] = []
         self.last_position: DLSN | None = None
         self._control_sent_at = -2
+        self._closing = False
 
     # --- opening: fence the previous writer, take the stream over ------------------------------------
     async def _open(self) -> AsyncStreamWriter:
@@ -278,13 +279,13 @@ class AsyncStreamWriter:
     def _send_control(self) -> None:
         """Pipeline empty: one control entry, so the LAC it carries makes the last batch visible."""
         lh = self._lh
-        if lh is None or self._control_sent_at == lh.last_add_pushed:
+        if lh is None or self._closing or self._control_sent_at == lh.last_add_pushed:
             return
         lh.async_add_entry(encode_control(self._seg_records), self._control_acked, lh)
         self._control_sent_at = lh.last_add_pushed
 
     def _control_acked(self, error, _entry_id: int, lh) -> None:
-        if error is not None and lh is self._lh and self._error is None and not self._rolling:
+        if error is not None and lh is self._lh and self._error is None and not self._rolling and not self._closing:
             self._start_roll(error)
 
     def _complete(self, b: _Batch) -> None:
@@ -413,6 +414,7 @@ class AsyncStreamWriter:
         if self._error is not None or self._lh is None:
             return
         lh, seg = self._lh, self._seg
+        self._closing = True
         await lh.close()
         sealed = seg.replace(state="sealed", last_entry=lh.last_add_confirmed, records=self._seg_records,
                              bytes=lh.length, first_ts=self._seg_first_ts, last_ts=self._seg_last_ts)
