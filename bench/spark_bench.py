@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--data-dir", default=None, help="cluster + Parquet data (default: a temp dir, removed)")
     p.add_argument("--metadata-uri", default=None, help="use this running cluster (zk+...) instead of starting one")
+    p.add_argument("--warmup-rows", type=int, default=50_000)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -86,6 +87,8 @@ def main(argv=None) -> int:
     bkfast.spark.register(spark)
     results = {}
     try:
+        if args.warmup_rows:        # Python workers, JIT and caches warm for both formats; not reported
+            run(spark, uri, args.warmup_rows, 100, args.partitions, workdir)
         for size in (int(s) for s in args.sizes.split(",")):
             r = run(spark, uri, args.rows, size, args.partitions, workdir)
             results[size] = r

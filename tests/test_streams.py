@@ -271,3 +271,37 @@ def test_stream_command_line(ns, cluster):
     r = runner.invoke(cli_main, ["stream", "delete", *uri, name, "--yes"])
     assert r.exit_code == 0
     assert name not in ns.list_streams()
+
+
+@pytest.mark.zookeeper
+def test_writer_rolls_when_another_client_recovers_its_ledger_and_loses_no_acknowledged_record(ns, cluster):
+    """Fencing that is not a takeover (here: a reader recovering the open segment's ledger) fails the
+    segment, not the writer: it seals the recovered ledger, re-sends what recovery did not keep to a new
+    segment and goes on."""
+    name = _name("recovered")
+    ns.create_stream(name)
+    w = ns.open_writer(name, max_batch_records=100, linger_ms=1)
+    w.write_many([f"{i}".encode() for i in range(1000)])
+    open_seg = ns.describe(name).segments[-1]
+    with BookKeeper(cluster.metadata_uri) as bk:
+        bk.open_ledger(open_seg.ledger, recovery=True).close()      # fences the writer's ledger
+    last = w.write_many([f"{i}".encode() for i in range(1000, 2000)])
+    w.close()
+    segs = ns.describe(name).segments
+    assert len(segs) == 2 and segs[0].records == 1000 and segs[0].ledger == open_seg.ledger
+    assert last.segment == segs[1].seq
+    records, _ = _read_all(ns, name)
+    assert [int(r.value) for r in records] == list(range(2000))
+
+
+@pytest.mark.zookeeper
+def test_reader_starts_at_a_timestamp(ns):
+    name = _name("ts")
+    ns.create_stream(name)
+    with ns.open_writer(name, max_batch_records=10, max_segment_records=50) as w:
+        w.write_many([b"old"] * 120, timestamps=[1_000_000 + i for i in range(120)])
+        w.write_many([b"new"] * 30, timestamps=[2_000_000 + i for i in range(30)])
+    records, _ = _read_all(ns, name, start=2_000_005)
+    assert [r.timestamp for r in records] == [2_000_000 + i for i in range(5, 30)]
+    records, _ = _read_all(ns, name, start=1_000_100)
+    assert len(records) == 50 and records[0].timestamp == 1_000_100

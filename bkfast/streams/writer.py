@@ -5,10 +5,11 @@ reaches `max_batch_bytes` or `max_batch_records`, when `linger_ms` has passed si
 or on `flush()`. Batches are pipelined on the segment's ledger; each record's Deferred fires with its
 DLSN once its entry is acknowledged (entries complete in order, so positions do too).
 
-Ownership: opening a writer bumps the stream's `writer_epoch` in the same CAS that seals the previous
-writer's open segment — after recovering (fencing) its ledger, so the old writer's further adds fail
-and everything it had acknowledged stays in the sealed segment — and adds a new open segment on a new
-ledger. A writer that finds the epoch changed stops with StreamFencedError.
+Ownership: opening a writer first bumps the stream's `writer_epoch` (CAS), then recovers (fences) the
+previous writer's open segment — its further adds fail, everything it had acknowledged stays in the
+segment — and seals it and adds a new open segment on a new ledger in one more CAS, conditional on the
+epoch. A writer whose ledger fails or is fenced checks the epoch: changed, it stops with
+StreamFencedError; unchanged (e.g. a reader recovered the ledger), it rolls to a new segment.
 
 Rolling (segment size / record count / age): stop sending, wait for the in-flight entries, close the
 ledger, CAS (seal it, append a new open segment, drop what retention removes), then send what queued
@@ -25,7 +26,7 @@ from collections import deque
 
 from twisted.internet import defer
 
-from bkfast.errors import BKLedgerFencedException, NoSuchStreamError, StreamError, StreamFencedError
+from bkfast.errors import StreamError, StreamFencedError
 
 from .batch import BATCH_OVERHEAD, encode_batch, encode_control
 from .meta_ops import delete_ledgers, now_ms, retention_cut, sealed_from_ledger, update_stream, without_segments
@@ -100,33 +101,35 @@ class AsyncStreamWriter:
 
     # --- opening: fence the previous writer, take the stream over ------------------------------------
     async def _open(self) -> AsyncStreamWriter:
-        opts = self.opts
-        for _attempt in range(10):
-            vs = await self.ns.driver.read_stream(self.name)
-            md = vs.metadata
-            old = md.open_segment
-            sealed = await sealed_from_ledger(self.bk, old, opts.password) if old is not None else None
-            lh = await self._new_ledger()
-            epoch = md.writer_epoch + 1
-            seg = _open_segment(md.next_seq, lh, epoch)
-            segments = list(md.segments)
-            if sealed is not None:
-                segments[-1] = sealed
-            new = md.replace(segments=(*segments, seg), next_seq=md.next_seq + 1, writer_epoch=epoch)
-            try:
-                await self.ns.driver.write_stream(new, vs.version)
-            except Exception as e:
-                await _discard(self.bk, lh)
-                if isinstance(e, NoSuchStreamError):
-                    raise
-                log.info("stream %s: takeover CAS lost (%s); retrying", self.name, e)
-                continue
-            self.epoch = epoch
-            self._start_segment(seg, lh)
-            log.info("stream %s: writer epoch %d on segment %d (ledger %d)%s", self.name, epoch, seg.seq, lh.ledger_id,
-                     f", sealed segment {sealed.seq} at entry {sealed.last_entry}" if sealed else "")
-            return self
-        raise StreamFencedError(f"stream {self.name!r}: could not take the stream over (10 concurrent takeovers)")
+        # 1. claim the stream: bump the epoch first, so the previous writer, once fenced, sees it changed
+        claimed = await update_stream(self.ns.driver, self.name,
+                                      lambda md: md.replace(writer_epoch=md.writer_epoch + 1))
+        epoch = claimed.metadata.writer_epoch
+        # 2. recover (fence) the previous open segment, 3. seal it and open ours in one CAS
+        md = claimed.metadata
+        old = md.open_segment
+        sealed = await sealed_from_ledger(self.bk, old, self.opts.password) if old is not None else None
+        lh = await self._new_ledger()
+        holder = {}
+
+        def change(md):
+            if md.writer_epoch != epoch:
+                raise StreamFencedError(f"stream {self.name!r}: a newer writer (epoch {md.writer_epoch}) took over")
+            segments = [sealed if sealed is not None and s.seq == sealed.seq else s for s in md.segments]
+            holder["seg"] = seg = _open_segment(md.next_seq, lh, epoch)
+            return md.replace(segments=(*segments, seg), next_seq=md.next_seq + 1)
+
+        try:
+            await update_stream(self.ns.driver, self.name, change)
+        except Exception:
+            await _discard(self.bk, lh)
+            raise
+        self.epoch = epoch
+        seg = holder["seg"]
+        self._start_segment(seg, lh)
+        log.info("stream %s: writer epoch %d on segment %d (ledger %d)%s", self.name, epoch, seg.seq, lh.ledger_id,
+                 f", sealed segment {sealed.seq} at entry {sealed.last_entry}" if sealed else "")
+        return self
 
     def _new_ledger(self):
         o = self.opts
@@ -323,7 +326,7 @@ class AsyncStreamWriter:
             except Exception as e:                        # e.g. fenced by a new writer while closing
                 error = e
         if error is not None:
-            if isinstance(error, BKLedgerFencedException) or await self._epoch_changed():
+            if await self._epoch_changed():
                 raise StreamFencedError(f"stream {self.name!r}: another writer took over (epoch > {self.epoch})")
             log.warning("stream %s: segment %d (ledger %d) failed: %s; recovering it and rolling", self.name,
                         old_seg.seq, old_lh.ledger_id, error)
