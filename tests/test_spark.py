@@ -3,13 +3,12 @@ and 3 real bookie processes: batch and streaming reads and writes of log streams
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections import Counter
 import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 
 import pytest
 
@@ -17,6 +16,7 @@ pyspark = pytest.importorskip("pyspark", minversion="4.0")
 pytest.importorskip("pyarrow", minversion="18")
 
 from bkfast import BookKeeper  # noqa: E402
+from bkfast.errors import StreamFencedError  # noqa: E402
 from bkfast.streams import Namespace  # noqa: E402
 
 from .client_cluster import Cluster  # noqa: E402
@@ -198,13 +198,6 @@ def test_job_rerun_after_a_driver_failure_before_commit_does_not_duplicate(spark
     assert _ledgers(cluster) - before == _stream_ledgers(ns, "rerun")
 
 
-def _digest(values) -> str:
-    acc = 0
-    for v in values:
-        acc ^= int.from_bytes(hashlib.blake2b(v, digest_size=8).digest(), "big")
-    return f"{acc:016x}"
-
-
 def _wait_for(predicate, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -236,7 +229,7 @@ def test_streaming_query_reads_every_acknowledged_record_once_across_roll_and_ta
         w1.write_many(part1[i:i + 1000])
         time.sleep(0.2)
     w2 = ns.open_writer("live", max_batch_records=200, max_segment_records=2500, linger_ms=1)   # takeover
-    with pytest.raises(Exception):
+    with pytest.raises(StreamFencedError):
         w1.write_many([b"fenced"])
     part2 = [f"b{i}".encode() for i in range(4000)]
     w2.write_many(part2)
