@@ -3,8 +3,11 @@
 One run: a local ZooKeeper and 3 bookie processes (`bkfast sandbox --zk` pieces, data under --data-dir),
 Spark `local[2]`; for each value size (100 B and 1 KiB), N rows (default 1,000,000) of random values:
   * bkfast ingest: df.write.format("bkfast") into a new stream, E3 W2 A2;
-  * bkfast read:   spark.read.format("bkfast") ... aggregated (count + xxhash64 checksum of value);
-  * Parquet write / read of the same cached DataFrame, on the same disk, aggregated the same way.
+  * bkfast read:   spark.read.format("bkfast") ... aggregated (count + xxhash64 checksum of value),
+    best of 2 (each read is the same work; the best is the least disturbed by other load);
+  * Parquet write / read (best of 2) of the same cached DataFrame, on the same disk, aggregated the same
+    way. Note: the bkfast source always returns its 8 columns (Python data sources get no column
+    pruning), while the Parquet file holds only `value`.
 Prints the ratio bkfast/Parquet first (machine-independent), then rows/s and MB/s.
 
     python bench/spark_bench.py [--rows 1000000] [--sizes 100,1024] [--data-dir /tmp/bkfast-spark-bench]
@@ -28,7 +31,7 @@ def _time(fn):
     return time.perf_counter() - started, result
 
 
-def run(spark, uri: str, rows: int, size: int, partitions: int, workdir: Path) -> dict:
+def run(spark, uri: str, rows: int, size: int, partitions: int, workdir: Path, reads: int = 2) -> dict:
     from pyspark.sql import functions as F
 
     df = (spark.range(rows, numPartitions=partitions)
@@ -41,13 +44,17 @@ def run(spark, uri: str, rows: int, size: int, partitions: int, workdir: Path) -
     out = {}
     out["bkfast_write_s"], _ = _time(lambda: df.write.format("bkfast").options(**opts, createStream="true")
                                      .mode("append").save())
-    out["bkfast_read_s"], got = _time(lambda: spark.read.format("bkfast").options(**opts).load()
-                                      .agg(F.count("*").alias("n"), F.bit_xor(F.xxhash64("value")).alias("x")).first())
+    out["bkfast_read_s"], got = min(
+        _time(lambda: spark.read.format("bkfast").options(**opts).load()
+              .agg(F.count("*").alias("n"), F.bit_xor(F.xxhash64("value")).alias("x")).first())
+        for _ in range(reads))
     assert (got.n, got.x) == (expected.n, expected.x), f"bkfast read back {got} != {expected}"
     path = str(workdir / f"parquet-{size}")
     out["parquet_write_s"], _ = _time(lambda: df.write.mode("overwrite").parquet(path))
-    out["parquet_read_s"], got = _time(lambda: spark.read.parquet(path)
-                                       .agg(F.count("*").alias("n"), F.bit_xor(F.xxhash64("value")).alias("x")).first())
+    out["parquet_read_s"], got = min(
+        _time(lambda: spark.read.parquet(path)
+              .agg(F.count("*").alias("n"), F.bit_xor(F.xxhash64("value")).alias("x")).first())
+        for _ in range(reads))
     assert (got.n, got.x) == (expected.n, expected.x)
     df.unpersist()
     shutil.rmtree(path, ignore_errors=True)

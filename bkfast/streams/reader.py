@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from bkfast.errors import NoSuchStreamError, StreamError
+from bkfast.errors import BKNoSuchLedgerExistsException, StreamError
 
 from .batch import DecodedBatch
 from .position import DLSN, EARLIEST, LATEST
@@ -129,11 +129,10 @@ class AsyncStreamReader:
                 try:
                     self._lh = await self.bk.open_ledger(seg.ledger, self._password, recovery=False,
                                                          scope_id=seg.scope)
-                except Exception as e:
-                    if "NoSuchLedger" in type(e).__name__:           # truncated while we looked
-                        await self._refresh()
-                        if self._md.segment(seg.seq) is None:
-                            continue
+                except BKNoSuchLedgerExistsException:            # truncated while we looked
+                    await self._refresh()
+                    if self._md.segment(seg.seq) is None:
+                        continue
                     raise
             lh = self._lh
             first = self.position.entry
@@ -213,10 +212,7 @@ class AsyncStreamReader:
 
 
 async def open_reader(ns, name: str, start=EARLIEST, password: bytes = b"", **options) -> AsyncStreamReader:
-    try:
-        md = (await ns.driver.read_stream(name)).metadata
-    except NoSuchStreamError:
-        raise
+    md = (await ns.driver.read_stream(name)).metadata
     position, ts_filter = await resolve_start(ns, md, start, password)
     reader = AsyncStreamReader(ns, name, position, ts_filter, password, **options)
     reader._md = md
