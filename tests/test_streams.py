@@ -305,3 +305,17 @@ def test_reader_starts_at_a_timestamp(ns):
     assert [r.timestamp for r in records] == [2_000_000 + i for i in range(5, 30)]
     records, _ = _read_all(ns, name, start=1_000_100)
     assert len(records) == 50 and records[0].timestamp == 1_000_100
+
+
+@pytest.mark.zookeeper
+def test_retention_by_age_drops_old_sealed_segments_at_a_roll(ns, cluster):
+    name = _name("age")
+    ns.create_stream(name, retention_ms=60_000)
+    old = int(time.time() * 1000) - 3_600_000
+    with ns.open_writer(name, max_batch_records=50, max_segment_records=100) as w:
+        w.write_many([b"old"] * 300, timestamps=[old + i for i in range(300)])      # three old segments
+        w.write_many([b"new"] * 250)                                                # rolls: retention runs
+    md = ns.describe(name)
+    assert md.truncated_records == 300 and all(s.first_ts > old + 1000 for s in md.segments)
+    records, _ = _read_all(ns, name)
+    assert [r.value for r in records] == [b"new"] * 250
