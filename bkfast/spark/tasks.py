@@ -122,6 +122,7 @@ def write_task(opts, write_id: str, batches) -> TaskSegment:
                           custom_metadata={"bkfast.stream": opts.stream, "bkfast.write": write_id,
                                            "bkfast.task": f"{partition}.{attempt}"})
     records, first_ts, last_ts = 0, 0, 0
+    in_flight = None
     try:
         pending: list[bytes] = []
         for rb in batches:
@@ -132,16 +133,29 @@ def write_task(opts, write_id: str, batches) -> TaskSegment:
                 first_ts = first_ts or ts
                 last_ts = ts
                 if len(pending) >= _ENTRIES_PER_WRITE:
-                    lh.add_entries(pending, max_outstanding=_ENTRIES_PER_WRITE)
+                    in_flight = _submit(lh, pending, in_flight)
                     pending = []
         if pending:
-            lh.add_entries(pending, max_outstanding=_ENTRIES_PER_WRITE)
+            in_flight = _submit(lh, pending, in_flight)
+        if in_flight is not None:
+            in_flight.wait(120)
         lh.close()
     except BaseException:
         discard_ledgers(bk, [(lh.ledger_id, lh.scope_id)])
         raise
     return TaskSegment(partition, attempt, lh.ledger_id, lh.scope_id, lh.last_add_confirmed, records, lh.length,
                        first_ts, last_ts)
+
+
+def _submit(lh, payloads: list[bytes], previous):
+    """Push all of `payloads` now (in order, so entry ids follow record order), then wait for the
+    previous chunk: one chunk is always in flight while the next one is encoded."""
+    from bkfast.client.blocking import _in_reactor, _pipelined_adds
+
+    current = _in_reactor(_pipelined_adds, (lh.async_handle, payloads, len(payloads)), {})
+    if previous is not None:
+        previous.wait(120)
+    return current
 
 
 def discard_ledgers(bk, ledgers) -> None:
