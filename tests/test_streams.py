@@ -319,3 +319,33 @@ def test_retention_by_age_drops_old_sealed_segments_at_a_roll(ns, cluster):
     assert md.truncated_records == 300 and all(s.first_ts > old + 1000 for s in md.segments)
     records, _ = _read_all(ns, name)
     assert [r.value for r in records] == [b"new"] * 250
+
+
+@pytest.mark.zookeeper
+def test_stream_tail_command_prints_records_as_they_arrive(ns, cluster):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    name = _name("follow")
+    ns.create_stream(name)
+    proc = subprocess.Popen([sys.executable, "-m", "bkfast.cli.main", "stream", "tail", "--metadata-uri",
+                             cluster.metadata_uri, name, "--from", "earliest", "--max", "6"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        w = ns.open_writer(name, linger_ms=1)
+        for i in range(3):
+            w.write(f"early-{i}".encode()).wait(30)
+        time.sleep(1.0)                              # the tail is now waiting on a long poll
+        w.write_many([f"late-{i}".encode() for i in range(3)])
+        out, err = proc.communicate(timeout=60)      # --max 6: exits after the sixth record
+        w.close()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    values = [line.split("\t")[3] for line in out.splitlines()]
+    assert proc.returncode == 0, err[-2000:]
+    assert values == [f"early-{i}" for i in range(3)] + [f"late-{i}" for i in range(3)]
