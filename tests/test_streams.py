@@ -349,3 +349,20 @@ def test_stream_tail_command_prints_records_as_they_arrive(ns, cluster):
     values = [line.split("\t")[3] for line in out.splitlines()]
     assert proc.returncode == 0, err[-2000:]
     assert values == [f"early-{i}" for i in range(3)] + [f"late-{i}" for i in range(3)]
+
+
+@pytest.mark.zookeeper
+def test_segments_roll_by_age_and_by_size(ns):
+    name = _name("age-roll")
+    ns.create_stream(name)
+    with ns.open_writer(name, linger_ms=1, max_segment_age_ms=300) as w:
+        first = w.write(b"one").wait(30)
+        time.sleep(0.5)
+        second = w.write(b"two").wait(30)
+    assert second.segment > first.segment
+    name = _name("size-roll")
+    ns.create_stream(name)
+    with ns.open_writer(name, max_batch_bytes=4096, max_segment_bytes=20_000) as w:
+        w.write_many([bytes(1000)] * 100)
+    segs = ns.describe(name).segments
+    assert len(segs) >= 4 and all(s.bytes < 20_000 + 4096 + 100 for s in segs) and sum(s.records for s in segs) == 100
