@@ -35,9 +35,12 @@ import os
 import weakref
 
 from twisted.internet import protocol
+from twisted.internet.interfaces import IHandshakeListener
+from zope.interface import implementer
 
 from bkfast.codec import FrameBuilder, FrameSplitter
 from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyError
+from bkfast.net import tls as conn_tls
 from bkfast.net import v2_handler, v3_handler
 from bkfast.net.read_pool import ReadPool
 
@@ -101,6 +104,8 @@ class BookieServerFactory(protocol.ServerFactory):
         # A Bookie takes a whole read's ADDs in one call; anything else (test doubles) one add at a time.
         self.batch_adds = hasattr(bookie, "add_entries")
         self.read_cached = getattr(bookie, "read_entry_cached", None)
+        # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
+        self.security = conn_tls.ServerSecurity.from_conf(conf)
         self.connections: set[BookieServerProtocol] = set()
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None
@@ -165,6 +170,7 @@ class BookieServerFactory(protocol.ServerFactory):
         return total, free
 
 
+@implementer(IHandshakeListener)
 class BookieServerProtocol(protocol.Protocol):
     """One client connection."""
 
@@ -187,6 +193,11 @@ class BookieServerProtocol(protocol.Protocol):
         self.reading_paused = False
         self.room_deadline: float | None = None
         self._backpressure_timer = None
+        # Not None while requests are not served normally: not authenticated yet, or switching to TLS.
+        self.gate = factory.security.initial_gate() if factory.security is not None else None
+        self.tls_timer = None
+        self.tls_done = False
+        self.start_tls_request = None
 
     # --- connection lifecycle -----------------------------------------------------------------
     def connectionMade(self):
@@ -220,6 +231,8 @@ class BookieServerProtocol(protocol.Protocol):
         self.factory._waiting_for_room.discard(self)
         self.held = []
         self._cancel_backpressure_timer()
+        if self.tls_timer is not None or self.gate is not None:
+            conn_tls.connection_lost(self, reason)
 
     def close(self, why: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, why)
@@ -339,12 +352,21 @@ class BookieServerProtocol(protocol.Protocol):
                 if self.blocked:
                     self.hold(frames, i)
                     return
-            if self.v2:
+            if self.gate is not None:
+                i = conn_tls.gated(self, frames, i)
+            elif self.v2:
                 i = v2_handler.handle_run(self, frames, i)
             else:
                 i = v3_handler.handle_run(self, frames, i)
         if len(self.out):
             self.respond()
+
+    # --- TLS (bkfast.net.tls) ------------------------------------------------------------------------
+    def start_tls(self, request, reply) -> None:
+        conn_tls.start_tls(self, request, reply)
+
+    def handshakeCompleted(self) -> None:
+        conn_tls.handshake_completed(self)
 
     # --- adds -------------------------------------------------------------------------------------
     def submit_adds(self, adds: list, ids: list, answer) -> int:

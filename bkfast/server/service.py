@@ -134,7 +134,9 @@ class BookieService:
 
         meta, node, bid = self.meta, self.bookie, self.bookie_id
         advertised = self.conf.get("advertisedAddress") or bid.rsplit(":", 1)[0]
-        meta.register(bid, advertised, self.address.port, node.read_only)
+        security = self.factory.security
+        meta.register(bid, advertised, self.address.port, node.read_only,
+                      tls=security is not None and security.tls is not None)
 
         def sync_registration(_read_only=None):
             # Called from disk-checker, journal, flush or reactor threads; the ZooKeeper move blocks.
