@@ -129,10 +129,10 @@ def load_key_store(ctx: SSL.Context, s: TLSSettings) -> None:
                              "tlsKeyStore")
         if store.key is None or store.cert is None:
             raise ConfigurationError(f"tlsKeyStore: {s.key_store} holds no key and certificate")
-        ctx.use_privatekey(crypto.PKey.from_cryptography_key(store.key))
-        ctx.use_certificate(crypto.X509.from_cryptography(store.cert.certificate))
+        ctx.use_privatekey(store.key)
+        ctx.use_certificate(store.cert.certificate)
         for extra in store.additional_certs:
-            ctx.add_extra_chain_cert(crypto.X509.from_cryptography(extra.certificate))
+            ctx.add_extra_chain_cert(extra.certificate)
     else:
         if not s.cert_path:
             raise ConfigurationError("tlsCertificatePath: a PEM key store needs its certificate chain file")
@@ -142,12 +142,13 @@ def load_key_store(ctx: SSL.Context, s: TLSSettings) -> None:
         except SSL.Error as err:
             raise ConfigurationError(f"tlsCertificatePath: {s.cert_path} is not a PEM certificate chain: "
                                      f"{_why(err)}") from None
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
         try:
-            key = crypto.load_privatekey(crypto.FILETYPE_PEM, _read(s.key_store, "tlsKeyStore"),
-                                         password if password is not None else b"")
-        except crypto.Error as err:
+            key = load_pem_private_key(_read(s.key_store, "tlsKeyStore"), password or None)
+        except (ValueError, TypeError) as err:
             raise ConfigurationError(f"tlsKeyStore: cannot read the PEM key {s.key_store} "
-                                     f"(wrong password?): {_why(err)}") from None
+                                     f"(wrong or missing password?): {err}") from None
         ctx.use_privatekey(key)
     try:
         ctx.check_privatekey()
