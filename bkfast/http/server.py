@@ -174,7 +174,7 @@ class GcDetailsResource(_Leaf):
         return _json(request, 200, self.ctx.bookie.gc_state())
 
 
-def build_site(ctx: AdminContext) -> server.Site:
+def build_site(ctx: AdminContext, security=None) -> server.Site:
     root = resource.Resource()
     root.putChild(b"heartbeat", HeartbeatResource(ctx))
     if ctx.metrics is not None:
@@ -189,18 +189,35 @@ def build_site(ctx: AdminContext) -> server.Site:
     bookie.putChild(b"state", BookieStateResource(ctx))
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
-    site = server.Site(root)
+    if security is not None:
+        from bkfast.http.security import GuardedSite
+
+        site = GuardedSite(root, security)
+    else:
+        site = server.Site(root)
     site.displayTracebacks = False
     return site
 
 
 def start_http_server(reactor, conf, ctx: AdminContext):
-    """Serve `ctx`'s endpoints on listeningInterface:httpServerPort; returns the listening port.
+    """Serve `ctx`'s endpoints on httpServerHost (unset: listeningInterface, else every interface) and
+    httpServerPort, over HTTPS with httpServerTlsEnable, behind the authentication check of
+    bkfast.http.security; returns the listening port.
 
     The metrics in `ctx` are made and handed to the Bookie by their owner (bkfast.server); this module
     only exposes them."""
-    interface = conf.get("listeningInterface") or "0.0.0.0"
-    port = reactor.listenTCP(conf.get("httpServerPort"), build_site(ctx), interface=interface)
+    from bkfast.http.security import HttpSecurity, https_context_factory
+
+    if conf.is_set("httpServerHost"):
+        interface = conf.get("httpServerHost")
+    else:
+        interface = conf.get("listeningInterface") or "0.0.0.0"
+    site = build_site(ctx, HttpSecurity.from_conf(conf))
+    if conf.get("httpServerTlsEnable"):
+        port = reactor.listenSSL(conf.get("httpServerPort"), site, https_context_factory(conf), interface=interface)
+    else:
+        port = reactor.listenTCP(conf.get("httpServerPort"), site, interface=interface)
     bound = port.getHost()
-    log.info("admin HTTP server listening on %s:%d", bound.host, bound.port)
+    log.info("admin HTTP%s server listening on %s:%d", "S" if conf.get("httpServerTlsEnable") else "",
+             bound.host, bound.port)
     return port
