@@ -198,6 +198,7 @@ class BookieServerProtocol(protocol.Protocol):
         self.tls_timer = None
         self.tls_done = False
         self.start_tls_request = None
+        self.tls_chunks: list | None = None      # decrypted data of one socket read, being gathered
 
     # --- connection lifecycle -----------------------------------------------------------------
     def connectionMade(self):
@@ -314,6 +315,9 @@ class BookieServerProtocol(protocol.Protocol):
 
     # --- input ----------------------------------------------------------------------------------
     def dataReceived(self, data):
+        if self.tls_chunks is not None:        # inside one TLS delivery: handled at its end (bkfast.net.tls)
+            self.tls_chunks.append(data)
+            return
         if not self.connected:
             return
         try:
