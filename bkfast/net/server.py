@@ -86,7 +86,7 @@ def make_dispatcher(reactor):
 class BookieServerFactory(protocol.ServerFactory):
     """Serves one Bookie to any number of connections."""
 
-    def __init__(self, bookie, conf, reactor=None):
+    def __init__(self, bookie, conf, reactor=None, security=None):
         if reactor is None:
             from twisted.internet import reactor as default_reactor
             reactor = default_reactor
@@ -105,7 +105,7 @@ class BookieServerFactory(protocol.ServerFactory):
         self.batch_adds = hasattr(bookie, "add_entries")
         self.read_cached = getattr(bookie, "read_entry_cached", None)
         # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
-        self.security = conn_tls.ServerSecurity.from_conf(conf)
+        self.security = security if security is not None else conn_tls.ServerSecurity.from_conf(conf)
         self.connections: set[BookieServerProtocol] = set()
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None

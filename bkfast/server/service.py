@@ -59,6 +59,7 @@ class BookieService:
         self.metrics = None
         self.http_port = None
         self.admin = None
+        self.security = None
         self.exit_code = 0
         self._stop_requested = False
         self._stopped = None
@@ -70,6 +71,10 @@ class BookieService:
         Call it before the reactor runs (run() does) or in the reactor thread; it blocks on ZooKeeper and
         on the journal replay."""
         conf, reactor = self.conf, self.reactor
+        from bkfast.net.tls import ServerSecurity
+
+        # TLS keys and the authorizer are read (and checked) before anything starts
+        self.security = ServerSecurity.from_conf(conf)
         host = conf.get("listeningInterface") or "0.0.0.0"
         if conf.get("bookiePort") == 0:
             conf.set("bookiePort", _free_port(host))
@@ -113,7 +118,7 @@ class BookieService:
     def _listen(self, host: str) -> None:
         from bkfast.net.server import BookieServerFactory
 
-        self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor)
+        self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor, security=self.security)
         self.port = self.reactor.listenTCP(self.conf.get("bookiePort"), self.factory, interface=host)
         self.address = self.port.getHost()
 
