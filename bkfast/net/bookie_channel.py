@@ -20,6 +20,10 @@ timer, and nothing is kept once answered). A timed-out v3 request is forgotten (
 txnId); a timed-out v2 request stays queued as a tombstone, so its late answer is consumed and ignored
 instead of being matched to a newer request for the same entry.
 
+TLS (`tls`, a bkfast.tls.context.ClientTLS): START_TLS and the handshake run first (bkfast.net.client_tls);
+requests wait in the core until they are done, then go through Twisted's TLS transport with one
+writeSequence per flush instead of sendmsg.
+
 Must never: block the reactor, fire a request's Deferred twice, or leave a request pending after its
 connection is gone (every pending request of a lost connection fails at once).
 """

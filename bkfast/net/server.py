@@ -22,6 +22,10 @@ The reactor never waits:
   not drain within `waitTimeoutOnResponseBackpressureMs` is disconnected. Reads queued on the pool per
   connection are bounded too, so late answers cannot pile up either.
 
+TLS: START_TLS, the handshake and the authentication gate live in bkfast.net.tls; a connection only asks
+`gate is not None` once per run of frames (Twisted's TLS protocol then sits between it and the socket,
+and keeps it as the streaming producer, so the output bound holds under TLS too).
+
 Threads: everything here runs on the reactor thread. The Bookie is built by the server's owner with
 `dispatcher=make_dispatcher(reactor)`, so each journal group commit comes back in ONE callFromThread;
 completions append to their connection's FrameBuilder and mark it dirty, and every dirty connection is
