@@ -217,3 +217,12 @@ def test_client_without_tls_refused_by_authz_bookie_but_others_served(authz_book
         assert pb.Response.FromString(plain.recv_body()).status == pb.EUA
         good.send_raw(RAW_INFO)
         assert pb.Response.FromString(good.recv_body()).status == pb.EOK
+
+
+def test_bkfast_clients_send_java_start_tls_bytes():
+    from bkfast import loadgen
+    from bkfast.net import client_tls
+
+    for session in SESSIONS.values():
+        if session["client"]["tls"]:
+            assert _frames(session, "client->bookie")[0] == client_tls.START_TLS_REQUEST == loadgen._START_TLS
