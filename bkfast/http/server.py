@@ -212,7 +212,11 @@ def start_http_server(reactor, conf, ctx: AdminContext):
         interface = conf.get("httpServerHost")
     else:
         interface = conf.get("listeningInterface") or "0.0.0.0"
-    site = build_site(ctx, HttpSecurity.from_conf(conf))
+    security = HttpSecurity.from_conf(conf)
+    if not security.required and interface not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("admin HTTP API on %s: its mutating endpoints are open to anyone who can reach it; set "
+                    "httpServerAuthTokenFile (and/or httpServerTlsEnable with httpServerTrustStorePath)", interface)
+    site = build_site(ctx, security)
     if conf.get("httpServerTlsEnable"):
         port = reactor.listenSSL(conf.get("httpServerPort"), site, https_context_factory(conf), interface=interface)
     else:
