@@ -31,6 +31,7 @@ __all__ = ["ServerSecurity", "gated", "handshake_completed", "start_tls"]
 
 UNAUTHENTICATED = "unauthenticated"   # bookieAuthProviderFactoryClass set and no verdict (or a bad one)
 UPGRADING = "upgrading"               # START_TLS answered, handshake not done
+MAX_LOGGED_SUBJECTS = 10000           # refused certificate subjects remembered (each is logged once)
 
 
 class ServerSecurity:
@@ -157,7 +158,8 @@ def handshake_completed(conn) -> None:
     conn.gate = UNAUTHENTICATED
     subject = cert.subject.rfc4514_string() if cert is not None else "(no certificate)"
     if subject not in security.refused_subjects:
-        security.refused_subjects.add(subject)
+        if len(security.refused_subjects) < MAX_LOGGED_SUBJECTS:
+            security.refused_subjects.add(subject)
         log.warning("unauthorized client %s (certificate subject %s): %s; its requests get EUA",
                     conn.peer, subject, why)
     response = pb.Response(status=V3Status.EIO)
