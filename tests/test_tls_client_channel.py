@@ -132,3 +132,27 @@ def test_hostname_verification_refuses_a_certificate_for_another_host(tmp_path, 
                 assert why is not None and "does not name 127.0.0.1" in why
     finally:
         assert b.stop() == 0, b.log()
+
+
+def _conf_file(path, conf: dict):
+    path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+    return path
+
+
+@pytest.mark.parametrize("proto", ["v2", "v3"])
+def test_bench_bookie_tls_against_plaintext(tls_bookie, pki, tmp_path, proto):
+    import json
+    import subprocess
+    import sys
+
+    conf = _conf_file(tmp_path / "client.conf", pki.client_conf())
+    out = subprocess.run([sys.executable, "-m", "bkfast.cli.main", "bench", "bookie", "--bookie", tls_bookie.bookie_id,
+                          "--protocol", proto, "--latency-count", "200", "--throughput-count", "3000", "--tls",
+                          "--tls-conf", str(conf), "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    for mode in ("plaintext", "tls"):
+        assert doc[mode]["throughput"]["adds"] == 3000 and doc[mode]["throughput"]["errors"] == 0
+        assert doc[mode]["latency"]["adds"] == 200
+    assert doc["tls_vs_plaintext"]["throughput_ratio"] > 0
+    assert doc["errors"] == 0

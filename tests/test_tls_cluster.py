@@ -98,3 +98,19 @@ def test_tls_client_against_a_bookie_without_tls_fails_cleanly(zookeeper_server,
                 bk.create_ledger(1, 1, 1, password=PASSWORD).add_entry(b"x")
     finally:
         plain.stop()
+
+
+def test_bench_ledger_over_tls(running, pki, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    conf = tmp_path / "client.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in pki.client_conf("good").items()))
+    out = subprocess.run([sys.executable, "-m", "bkfast.cli.main", "bench", "ledger", "--metadata-uri",
+                          running.metadata_uri, "--duration", "1", "--no-read", "--tailing", "0",
+                          "--outstanding", "200", "--tls-conf", str(conf), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["adds"] > 0 and doc["errors"] == 0
