@@ -49,6 +49,9 @@ class ServerSecurity:
         authorizer = authorizer_from_conf(conf)
         if tls is None and authorizer is None:
             return None
+        if authorizer is not None and tls is None:
+            log.warning("bookieAuthProviderFactoryClass is set but TLS is not (tlsProviderFactoryClass): no client "
+                        "can be authorized, every request will get EUA")
         return cls(tls, authorizer, conf.get("tlsHandshakeTimeoutMs") / 1000.0)
 
     def initial_gate(self) -> str | None:
