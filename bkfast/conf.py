@@ -284,7 +284,8 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
     # Operations
     Key("httpServerEnabled", bool, False, "Serve the admin HTTP API"),
     Key("httpServerPort", int, 8080, "Admin HTTP API port", min=0, max=65535),
-    Key("httpServerHost", str, "0.0.0.0", "Admin HTTP API bind address"),
+    Key("httpServerHost", str, None,
+        "Admin HTTP API bind address; unset = listeningInterface's, or every interface (Java: 0.0.0.0)"),
     Key("httpServerTlsEnable", bool, False, "Serve the admin HTTP API over TLS (HTTPS)"),
     Key("httpServerKeystorePath", str, None, "HTTPS key: a PKCS12 store, or a PEM file with key and chain"),
     Key("httpServerKeystorePassword", str, None, "Password of httpServerKeystorePath"),

@@ -208,10 +208,7 @@ def start_http_server(reactor, conf, ctx: AdminContext):
     only exposes them."""
     from bkfast.http.security import HttpSecurity, https_context_factory
 
-    if conf.is_set("httpServerHost"):
-        interface = conf.get("httpServerHost")
-    else:
-        interface = conf.get("listeningInterface") or "0.0.0.0"
+    interface = conf.get("httpServerHost") or conf.get("listeningInterface") or "0.0.0.0"
     security = HttpSecurity.from_conf(conf)
     if not security.required and interface not in ("127.0.0.1", "localhost", "::1"):
         log.warning("admin HTTP API on %s: its mutating endpoints are open to anyone who can reach it; set "
