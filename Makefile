@@ -24,7 +24,7 @@ $(VENV)/.installed: $(PY) $(BUILD_INPUTS)
 install-test: $(VENV)/.installed-test
 
 $(VENV)/.installed-test: $(PY) $(BUILD_INPUTS)
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test,spark]"
 	touch $@ $(VENV)/.installed
 
 system-deps:

@@ -28,6 +28,7 @@ __all__ = [
     "CLIENT_KEYS",
     "COMMON_KEYS",
     "SERVER_KEYS",
+    "TLS_KEYS",
     "ClientConfiguration",
     "Configuration",
     "DEFAULT_DB_STORAGE_CACHE_MB",
@@ -126,7 +127,36 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("nettyMaxFrameSizeBytes", int, 5242880, "Largest frame on the wire, with its 4-byte length", min=1),
 )
 
-SERVER_KEYS: tuple[Key, ...] = (
+# TLS (spec §8.3): the same names on bookies and clients.
+TLS_KEYS: tuple[Key, ...] = (
+    Key("tlsProviderFactoryClass", str, None,
+        "org.apache.bookkeeper.tls.TLSContextFactory turns TLS on (START_TLS); unset = off"),
+    Key("tlsProvider", str, "OpenSSL", "OpenSSL or JDK; bkfast always uses OpenSSL (pyOpenSSL)",
+        choices=("OpenSSL", "JDK")),
+    Key("tlsClientAuthentication", bool, False,
+        "Bookie: require a client certificate; client: present one (tlsKeyStore)"),
+    Key("tlsKeyStoreType", str, "JKS", "PEM or PKCS12 (JKS is refused: convert it with keytool)",
+        choices=("JKS", "PEM", "PKCS12")),
+    Key("tlsKeyStore", str, None, "Private key (PEM, PKCS#8) or PKCS12 store"),
+    Key("tlsKeyStorePasswordPath", str, None, "File holding the key (store) password"),
+    Key("tlsCertificatePath", str, None, "PEM certificate chain of the key (PEM key stores)"),
+    Key("tlsTrustStoreType", str, "JKS", "PEM or PKCS12", choices=("JKS", "PEM", "PKCS12")),
+    Key("tlsTrustStore", str, None, "CA certificates to trust (PEM or PKCS12)"),
+    Key("tlsTrustStorePasswordPath", str, None, "File holding the trust store password (PKCS12)"),
+    Key("tlsEnabledCipherSuites", list, None, "Cipher suites (Java or OpenSSL names); unset = OpenSSL's"),
+    Key("tlsEnabledProtocols", list, None, "Protocols, e.g. TLSv1.2,TLSv1.3; unset = OpenSSL's"),
+    Key("tlsCertFilesRefreshDurationSeconds", int, 0,
+        "Re-read changed key/cert/trust files for new connections this often, s; 0 = never", min=0),
+)
+
+SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
+    Key("bookieAuthProviderFactoryClass", str, None,
+        "org.apache.bookkeeper.tls.BookieAuthZFactory: only clients whose certificate OU names a role of "
+        "authorizedRoles may use the bookie; unset = no authentication"),
+    Key("authorizedRoles", list, None, "Roles (first OU role `0:<role>`) BookieAuthZFactory lets in"),
+    Key("tlsHandshakeTimeoutMs", int, 10000,
+        "bkfast: close a connection whose TLS handshake has not finished this long after START_TLS "
+        "(Netty's fixed 10 s in Java), ms", min=1),
     # Network and identity
     Key("bookiePort", int, 3181, "Port the bookie listens on", min=0, max=65535),
     Key("allowEphemeralPorts", bool, False, "Allow bookiePort=0 (a random port; for tests)"),
@@ -271,9 +301,38 @@ SERVER_KEYS: tuple[Key, ...] = (
     # Operations
     Key("httpServerEnabled", bool, False, "Serve the admin HTTP API"),
     Key("httpServerPort", int, 8080, "Admin HTTP API port", min=0, max=65535),
+    Key("httpServerHost", str, None,
+        "Admin HTTP API bind address; unset = listeningInterface's, or every interface (Java: 0.0.0.0)"),
+    Key("httpServerTlsEnable", bool, False, "Serve the admin HTTP API over TLS (HTTPS)"),
+    Key("httpServerKeystorePath", str, None, "HTTPS key: a PKCS12 store, or a PEM file with key and chain"),
+    Key("httpServerKeystorePassword", str, None, "Password of httpServerKeystorePath"),
+    Key("httpServerTrustStorePath", str, None,
+        "CA certificates (PEM or PKCS12) of admin clients: set, HTTPS asks for a client certificate and "
+        "one it trusts may use mutating endpoints"),
+    Key("httpServerTrustStorePassword", str, None, "Password of httpServerTrustStorePath (PKCS12)"),
+    Key("httpServerAuthTokenFile", str, None,
+        "bkfast: file holding a bearer token that mutating admin endpoints require "
+        "(Authorization: Bearer <token>)"),
+    Key("httpServerAuthRequired", bool, None,
+        "bkfast: mutating admin endpoints need a token or a trusted client certificate; unset = true when "
+        "httpServerAuthTokenFile or httpServerTrustStorePath is set",
+        derive=lambda conf: bool(conf.get("httpServerAuthTokenFile") or conf.get("httpServerTrustStorePath"))),
+    Key("httpServerReadOnlyOpen", bool, True,
+        "bkfast: read-only admin endpoints (/heartbeat, /metrics, GETs) need no authentication"),
 )
 
-CLIENT_KEYS: tuple[Key, ...] = (
+CLIENT_KEYS: tuple[Key, ...] = TLS_KEYS + (
+    Key("tlsHostnameVerificationEnabled", bool, False,
+        "Check that the bookie's certificate names the address connected to"),
+    Key("startTLSTimeoutSecs", int, 10, "Time for START_TLS and the TLS handshake, s", min=1),
+    Key("clientKeyStoreType", str, None, "Deprecated override of tlsKeyStoreType",
+        choices=("JKS", "PEM", "PKCS12")),
+    Key("clientKeyStore", str, None, "Deprecated override of tlsKeyStore"),
+    Key("clientKeyStorePasswordPath", str, None, "Deprecated override of tlsKeyStorePasswordPath"),
+    Key("clientTrustStoreType", str, None, "Deprecated override of tlsTrustStoreType",
+        choices=("JKS", "PEM", "PKCS12")),
+    Key("clientTrustStore", str, None, "Deprecated override of tlsTrustStore"),
+    Key("clientTrustStorePasswordPath", str, None, "Deprecated override of tlsTrustStorePasswordPath"),
     Key("useV2WireProtocol", bool, False,
         "Talk the v2 binary protocol instead of v3 protobuf (bkfast's client uses v2 unless this is set)"),
     Key("readTimeout", int, 5, "Request timeout, s", min=0),
@@ -780,6 +839,31 @@ class ServerConfiguration(Configuration):
     # Operations
     http_server_enabled = _Setting("httpServerEnabled")
     http_server_port = _Setting("httpServerPort")
+    tls_provider_factory_class = _Setting("tlsProviderFactoryClass")
+    tls_provider = _Setting("tlsProvider")
+    tls_client_authentication = _Setting("tlsClientAuthentication")
+    tls_key_store_type = _Setting("tlsKeyStoreType")
+    tls_key_store = _Setting("tlsKeyStore")
+    tls_key_store_password_path = _Setting("tlsKeyStorePasswordPath")
+    tls_certificate_path = _Setting("tlsCertificatePath")
+    tls_trust_store_type = _Setting("tlsTrustStoreType")
+    tls_trust_store = _Setting("tlsTrustStore")
+    tls_trust_store_password_path = _Setting("tlsTrustStorePasswordPath")
+    tls_enabled_cipher_suites = _Setting("tlsEnabledCipherSuites")
+    tls_enabled_protocols = _Setting("tlsEnabledProtocols")
+    tls_cert_files_refresh_duration_seconds = _Setting("tlsCertFilesRefreshDurationSeconds")
+    bookie_auth_provider_factory_class = _Setting("bookieAuthProviderFactoryClass")
+    authorized_roles = _Setting("authorizedRoles")
+    tls_handshake_timeout_ms = _Setting("tlsHandshakeTimeoutMs")
+    http_server_host = _Setting("httpServerHost")
+    http_server_tls_enable = _Setting("httpServerTlsEnable")
+    http_server_keystore_path = _Setting("httpServerKeystorePath")
+    http_server_keystore_password = _Setting("httpServerKeystorePassword")
+    http_server_trust_store_path = _Setting("httpServerTrustStorePath")
+    http_server_trust_store_password = _Setting("httpServerTrustStorePassword")
+    http_server_auth_token_file = _Setting("httpServerAuthTokenFile")
+    http_server_auth_required = _Setting("httpServerAuthRequired")
+    http_server_read_only_open = _Setting("httpServerReadOnlyOpen")
 
     @property
     def journal_flush_when_queue_empty(self) -> bool:

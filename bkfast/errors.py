@@ -413,6 +413,22 @@ class ZooKeeperServerError(BKZKException, RuntimeError):
     """A local ZooKeeper server (sandbox, tests) could not be located, started or stopped."""
 
 
+class StreamError(BKIncorrectParameterException):
+    """A named log stream operation was refused (bad name, bad position, bad option)."""
+
+
+class NoSuchStreamError(StreamError):
+    """The named log stream does not exist."""
+
+
+class StreamExistsError(StreamError):
+    """A log stream of that name already exists."""
+
+
+class StreamFencedError(BKLedgerFencedException):
+    """Another writer took over the log stream; this writer can no longer append."""
+
+
 # --- the one table of wire codes -------------------------------------------------------------------
 # (error class, v2 rc, v3 status). EOK is absent: success is not an error.
 ERROR_TABLE: tuple[tuple[type[BKError], V2Rc, V3Status], ...] = (
@@ -513,3 +529,7 @@ class ReplayInterrupted(Exception):
         super().__init__(f"journal replay stopped at {tuple(mark)}: {cause}")
         self.mark = mark
         self.__cause__ = cause
+
+
+class BkfastSparkError(ValueError):
+    """A mistake in how the bkfast Spark data source is used (one line: what is wrong and what to do)."""

@@ -27,6 +27,8 @@ from collections import Counter
 
 from twisted.internet import defer, protocol
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IHandshakeListener
+from zope.interface import implementer
 
 from bkfast import codec
 from bkfast.errors import FrameError
@@ -258,11 +260,20 @@ class Phase:
         return out
 
 
-class BenchProtocol(protocol.Protocol):
-    """One bookie connection: frames the response stream and hands completions to the current phase."""
+_START_TLS = bytes.fromhex("0000000b0a06080310091801d20600")
+_START_TLS_EOK = bytes.fromhex("0000000d0a060803100918011000d20600")
 
-    def __init__(self, v3: bool, max_frame_size: int = codec.DEFAULT_MAX_FRAME_SIZE):
+
+@implementer(IHandshakeListener)
+class BenchProtocol(protocol.Protocol):
+    """One bookie connection: frames the response stream and hands completions to the current phase.
+    With `tls` (a bkfast.tls.context.ClientTLS) it sends START_TLS first and is connected once the TLS
+    handshake is done; frames then go through the TLS transport."""
+
+    def __init__(self, v3: bool, max_frame_size: int = codec.DEFAULT_MAX_FRAME_SIZE, tls=None):
         self.v3 = v3
+        self.tls = tls
+        self.tls_reply = None
         self.splitter = codec.FrameSplitter(max_frame_size)
         self.pending: dict = {}
         self.phase: Phase | None = None
@@ -277,7 +288,17 @@ class BenchProtocol(protocol.Protocol):
             self.transport.setTcpNoDelay(True)
         except Exception:
             pass
+        if self.tls is not None:
+            self.tls_reply = b""
+            self.transport.write(_START_TLS)
+            return
         self.transport.registerProducer(self, False)
+        self._connected()
+
+    def handshakeCompleted(self):
+        self._connected()
+
+    def _connected(self):
         d, self.connected_d = self.connected_d, None
         if d is not None:
             d.callback(self)
@@ -300,6 +321,14 @@ class BenchProtocol(protocol.Protocol):
         if not len(out) or transport is None or self.lost_reason is not None:
             return
         view = out.pending()
+        if self.tls is not None:           # the TLS layer encrypts and buffers
+            n = len(view)
+            transport.write(bytes(view))
+            view.release()
+            out.consume(n)
+            self.writes += 1
+            self.bytes_sent += n
+            return
         try:
             sent = transport.getHandle().send(view)
         except BlockingIOError:
@@ -325,6 +354,18 @@ class BenchProtocol(protocol.Protocol):
             transport.loseConnection()
 
     def dataReceived(self, data):
+        if self.tls_reply is not None:
+            self.tls_reply += data
+            if len(self.tls_reply) >= len(_START_TLS_EOK):
+                if self.tls_reply != _START_TLS_EOK:
+                    d, self.connected_d = self.connected_d, None
+                    if d is not None:
+                        d.errback(ConnectionError(f"the bookie refused START_TLS: {self.tls_reply.hex()}"))
+                    self.transport.loseConnection()
+                    return
+                self.tls_reply = None
+                self.transport.startTLS(self.tls)
+            return
         try:
             frames = self.splitter.feed(data)
         except FrameError as err:
@@ -371,6 +412,10 @@ class BenchProtocol(protocol.Protocol):
 
     def connectionLost(self, reason=None):
         self.lost_reason = reason
+        d, self.connected_d = self.connected_d, None
+        if d is not None:                  # lost before START_TLS and the handshake were done
+            d.errback(ConnectionError("connection lost before it was ready: "
+                                      + (reason.getErrorMessage() if reason is not None else "closed")))
         if self.phase is not None:
             why = "connection lost" if reason is None or reason.check(ConnectionDone) else \
                 f"connection lost: {reason.getErrorMessage()}"
@@ -378,16 +423,21 @@ class BenchProtocol(protocol.Protocol):
 
 
 @defer.inlineCallbacks
-def connect(reactor, host: str, port: int, connections: int, v3: bool, timeout_s: float = 10.0):
-    """Open `connections` connections to the bookie; fires with the list of BenchProtocol."""
+def connect(reactor, host: str, port: int, connections: int, v3: bool, timeout_s: float = 10.0, tls=None):
+    """Open `connections` connections to the bookie (TLS ones with `tls`); fires with the BenchProtocols
+    once each is connected (and, with TLS, its handshake done)."""
     from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
     ds = []
+    protocols = []
     for _ in range(connections):
         ep = TCP4ClientEndpoint(reactor, host, port, timeout=timeout_s)
-        ds.append(connectProtocol(ep, BenchProtocol(v3)))
-    conns = yield defer.gatherResults(ds, consumeErrors=True)
-    return conns
+        p = BenchProtocol(v3, tls=tls)
+        protocols.append(p)
+        ready = p.connected_d
+        ds.append(connectProtocol(ep, p).addCallback(lambda _, r=ready: r))
+    yield defer.gatherResults(ds, consumeErrors=True)
+    return protocols
 
 
 @defer.inlineCallbacks
@@ -395,12 +445,12 @@ def run_bench(reactor, host: str, port: int, *, protocol_version: str = "v2", si
               ledgers: int = 1, first_ledger_id: int = 1, digest_type: int = 3, password: bytes = b"",
               connections: int = 1, outstanding: int = 1000, warmup_count: int = 0,
               latency_count: int = 0, throughput_count: int = 0, rate: float | None = None,
-              rate_count: int = 0, timeout_s: float = 300.0, on_phase=None, on_samples=None):
+              rate_count: int = 0, timeout_s: float = 300.0, on_phase=None, on_samples=None, tls=None):
     """Run the phases in order (warmup, latency, throughput, rate); fires with {phase: result}.
     `on_samples(name, Phase.samples())` is called after each measured phase when given."""
     v3 = protocol_version == "v3"
     writer = Writer(protocol_version, first_ledger_id, ledgers, size, digest_type, password)
-    conns = yield connect(reactor, host, port, connections, v3)
+    conns = yield connect(reactor, host, port, connections, v3, tls=tls)
     results = {}
     per_conn = max(1, math.ceil(outstanding / len(conns)))
     plan = [

@@ -32,7 +32,7 @@ LAYERS = {
     5: ["dbstorage", "indexstorage"],
     4: ["storage"],
     3: ["meta"],
-    2: ["codec", "_clientpath"],
+    2: ["codec", "_clientpath", "tls"],
     1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog"],
     0: ["errors", "_protowire", "_refcodec_v3", "conf_java"],
 }

@@ -53,6 +53,35 @@ def format_phase(name: str, r: dict) -> str:
     return line
 
 
+def tls_from_conf_file(path: str | None):
+    """The client's TLS (bkfast.tls.context.ClientTLS) from a configuration file's tls* keys."""
+    from bkfast.conf import ClientConfiguration
+    from bkfast.errors import ConfigurationError
+    from bkfast.tls.context import TLS_FACTORY_CLASS, ClientTLS
+
+    if path is None:
+        raise click.UsageError("--tls needs --tls-conf FILE (the client's tls* keys: trust store, key store)")
+    try:
+        conf = ClientConfiguration.load(path)
+        if not conf.get("tlsProviderFactoryClass"):
+            conf.set("tlsProviderFactoryClass", TLS_FACTORY_CLASS)
+        return ClientTLS(conf)
+    except (ConfigurationError, OSError) as err:
+        raise click.UsageError(f"--tls-conf {path}: {err}") from None
+
+
+def compare(plain: dict, tls: dict) -> dict:
+    """TLS against plaintext: throughput ratio and latency differences (of the phases both ran)."""
+    out = {}
+    if "throughput" in plain and "throughput" in tls and plain["throughput"].get("adds_per_s"):
+        out["throughput_ratio"] = round(tls["throughput"]["adds_per_s"] / plain["throughput"]["adds_per_s"], 3)
+    if "latency" in plain and "latency" in tls:
+        for p in ("p50_ms", "p99_ms"):
+            if plain["latency"].get(p) is not None and tls["latency"].get(p) is not None:
+                out[f"latency_{p}_delta"] = round(tls["latency"][p] - plain["latency"][p], 3)
+    return out
+
+
 def _digest(value: str) -> DigestType:
     try:
         return DigestType.parse(value)
@@ -93,9 +122,14 @@ def _digest(value: str) -> DigestType:
               help="Write every successful add of the last measured phase as float64 pairs (start time on "
                    "the CLOCK_MONOTONIC clock, latency), seconds, native byte order (for merged percentiles "
                    "and lining tails up with bookie events).")
+@click.option("--tls", "tls", is_flag=True,
+              help="Run every phase twice, in plaintext and then over TLS (START_TLS), and compare.")
+@click.option("--tls-conf", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Client configuration file with the tls* keys (e.g. the sandbox's tls/client.conf); "
+                   "alone: run over TLS only.")
 def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, latency_count,
                  throughput_count, outstanding, rate, rate_count, warmup_count, connections, digest_type,
-                 password, timeout_s, as_json, samples_out) -> None:
+                 password, timeout_s, as_json, samples_out, tls, tls_conf) -> None:
     """Add entries to one bookie, v2 or v3, and report latency and throughput (like BenchBookie)."""
     try:
         host, port = parse_bookie(bookie_addr)
@@ -107,6 +141,10 @@ def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, 
     if rate and rate_count is None:
         rate_count = throughput_count or max(1, int(rate * 10))
 
+    client_tls = None
+    if tls or tls_conf:
+        client_tls = tls_from_conf_file(tls_conf)
+
     from twisted.internet import reactor
 
     from bkfast import loadgen
@@ -114,22 +152,40 @@ def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, 
     outcome: dict = {}
     last_samples: list = []
 
+    label = [""]
+
     def on_phase(name, res):
         if not as_json:
-            click.echo(format_phase(name, res))
+            click.echo(label[0] + format_phase(name, res))
 
     def on_samples(name, samples):
         last_samples[:] = [samples]
 
-    d = loadgen.run_bench(reactor, host, port, protocol_version=protocol_version, size=size,
-                          ledgers=ledgers, first_ledger_id=first_ledger_id, digest_type=int(dt),
-                          password=password.encode("utf-8"), connections=connections,
-                          outstanding=outstanding, warmup_count=warmup_count,
-                          latency_count=latency_count, throughput_count=throughput_count, rate=rate,
-                          rate_count=rate_count or 0, timeout_s=timeout_s, on_phase=on_phase,
-                          on_samples=on_samples if samples_out else None)
+    def run(first_id, with_tls):
+        return loadgen.run_bench(reactor, host, port, protocol_version=protocol_version, size=size,
+                                 ledgers=ledgers, first_ledger_id=first_id, digest_type=int(dt),
+                                 password=password.encode("utf-8"), connections=connections,
+                                 outstanding=outstanding, warmup_count=warmup_count,
+                                 latency_count=latency_count, throughput_count=throughput_count, rate=rate,
+                                 rate_count=rate_count or 0, timeout_s=timeout_s, on_phase=on_phase,
+                                 on_samples=on_samples if samples_out else None, tls=with_tls)
+
+    if tls:
+        label[0] = "plaintext "
+
+        def then_tls(plain):
+            outcome["plaintext"] = plain
+            label[0] = "tls "
+            return run(first_ledger_id + ledgers, client_tls)
+
+        d = run(first_ledger_id, None).addCallback(then_tls)
+    else:
+        d = run(first_ledger_id, client_tls)
 
     def ok(results):
+        if tls:
+            results = {"plaintext": outcome.pop("plaintext"), "tls": results}
+            results["tls_vs_plaintext"] = compare(results["plaintext"], results["tls"])
         outcome["results"] = results
 
     def failed(f):
@@ -154,7 +210,11 @@ def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, 
         with open(samples_out, "wb") as f:
             if last_samples:
                 last_samples[0].tofile(f)
-    errors = sum(r["errors"] for r in results.values())
+    runs = [results["plaintext"], results["tls"]] if tls else [results]
+    errors = sum(r["errors"] for one in runs for r in one.values())
+    if tls and not as_json:
+        for key, value in results["tls_vs_plaintext"].items():
+            click.echo(f"tls vs plaintext: {key} {value}")
     if as_json:
         doc = {"bookie": f"{host}:{port}", "protocol": protocol_version, "size": size, "ledgers": ledgers,
                "first_ledger_id": first_ledger_id, "connections": connections, "outstanding": outstanding,

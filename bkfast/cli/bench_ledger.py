@@ -164,11 +164,13 @@ async def _tailing_phase(reactor, bk, size: int, count: int, ensemble, wq, aq, p
 
 async def run_ledger_bench(reactor, metadata_uri: str, ensemble: int, write_quorum: int, ack_quorum: int,
                            size: int, outstanding: int, duration: float, rate: int | None, protocol: str,
-                           digest: str, read: bool, tailing: int, throttle: int = 0) -> dict:
+                           digest: str, read: bool, tailing: int, throttle: int = 0,
+                           client_conf: dict | None = None) -> dict:
     from bkfast.client import AsyncBookKeeper
 
     password = b"bench"
-    bk = await AsyncBookKeeper.connect(metadata_uri, reactor, protocol=protocol, throttle=throttle)
+    bk = await AsyncBookKeeper.connect(metadata_uri, reactor, protocol=protocol, throttle=throttle,
+                                       **(client_conf or {}))
     try:
         lh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, digest_type=digest, password=password)
         result = await _write_phase(reactor, lh, size, outstanding, duration, rate)
@@ -211,8 +213,14 @@ async def run_ledger_bench(reactor, metadata_uri: str, ensemble: int, write_quor
               help="The client's `throttle` (adds/s per ledger handle; 0 = none). BookKeeper's default is 5,000; "
                    "its benchmarks, like this one, run without it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--tls", "tls", is_flag=True,
+              help="Run the whole bench twice, in plaintext and then over TLS, and compare (`plaintext`, `tls` "
+                   "and `tls_vs_plaintext` in --json).")
+@click.option("--tls-conf", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Client configuration file with the tls* keys (e.g. the sandbox's tls/client.conf); "
+                   "alone: run over TLS only.")
 def ledger(metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding, duration, rate, protocol, digest,
-           read, tailing, gc_tuning, throttle, as_json) -> None:
+           read, tailing, gc_tuning, throttle, as_json, tls, tls_conf) -> None:
     """Write throughput/latency, sequential read and tailing latency of one ledger through the client."""
     import gc
 
@@ -223,12 +231,32 @@ def ledger(metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding, 
         gc.freeze()
         gc.set_threshold(50000, 50, 100)
     outcome: dict = {}
+    tls_keys = None
+    if tls or tls_conf:
+        if tls_conf is None:
+            raise click.UsageError("--tls needs --tls-conf FILE (the client's tls* keys)")
+        from bkfast.conf import parse_properties
+
+        with open(tls_conf, encoding="utf-8") as f:
+            tls_keys = {name: value for _, name, value in parse_properties(f.read())}
+        tls_keys.setdefault("tlsProviderFactoryClass", "org.apache.bookkeeper.tls.TLSContextFactory")
+
+    async def one(conf):
+        return await run_ledger_bench(reactor, metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding,
+                                      duration, rate, protocol, digest, read, tailing, throttle, conf)
 
     async def main():
         try:
-            outcome["result"] = await run_ledger_bench(reactor, metadata_uri, ensemble, write_quorum, ack_quorum,
-                                                       size, outstanding, duration, rate, protocol, digest, read,
-                                                       tailing, throttle)
+            if tls:
+                plain = await one(None)
+                secure = await one(tls_keys)
+                outcome["result"] = {"plaintext": plain, "tls": secure, "tls_vs_plaintext": {
+                    "throughput_ratio": round(secure["adds_per_s"] / plain["adds_per_s"], 3)
+                    if plain["adds_per_s"] else None,
+                    "p99_ms_delta": round(secure["p99_ms"] - plain["p99_ms"], 3)
+                    if secure["p99_ms"] is not None and plain["p99_ms"] is not None else None}}
+            else:
+                outcome["result"] = await one(tls_keys)
         except Exception as exc:
             outcome["error"] = f"{type(exc).__name__}: {exc}"
         finally:
@@ -243,6 +271,17 @@ def ledger(metadata_uri, ensemble, write_quorum, ack_quorum, size, outstanding, 
     if as_json:
         click.echo(json.dumps(r, sort_keys=True))
         return
+    if tls:
+        for name in ("plaintext", "tls"):
+            click.echo(f"[{name}]")
+            _print(r[name], size, ensemble, write_quorum, ack_quorum, protocol, rate, outstanding)
+        for key, value in r["tls_vs_plaintext"].items():
+            click.echo(f"tls vs plaintext: {key} {value}")
+        return
+    _print(r, size, ensemble, write_quorum, ack_quorum, protocol, rate, outstanding)
+
+
+def _print(r, size, ensemble, write_quorum, ack_quorum, protocol, rate, outstanding) -> None:
     mode = f"open loop {rate}/s" if rate else f"<= {outstanding} outstanding"
     click.echo(f"write: {r['adds']} adds of {size} B, E={ensemble} WQ={write_quorum} AQ={ack_quorum} {protocol}, "
                f"{mode}: {r['adds_per_s']:,.0f} adds/s {r['mb_per_s']} MB/s, p50 {r['p50_ms']} ms p95 {r['p95_ms']} "

@@ -7,6 +7,7 @@ from bkfast.cli.bench import bench
 from bkfast.cli.bookie import bookie
 from bkfast.cli.sandbox import sandbox
 from bkfast.cli.shell import shell
+from bkfast.cli.stream import stream
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +20,7 @@ main.add_command(bench)
 main.add_command(shell)
 main.add_command(bookie)
 main.add_command(sandbox)
+main.add_command(stream)
 
 if __name__ == "__main__":
     main()

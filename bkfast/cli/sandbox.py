@@ -8,8 +8,11 @@ bookie ports (ledger metadata names bookies by address). `DIR/sandbox.json` (`me
 the sandbox's `pid`) is written once the cluster serves; `DIR/sandbox.lock` (flock) keeps a second sandbox
 off a data dir in use. A user's mistake (an unreachable --zk-connect, a data dir in use, a bookie that
 cannot start) is one line on stderr and exit code 1 (2 for usage); `--verbose` adds the traceback.
-`--demo` writes and reads a ledger and shows recovery and fencing. The cluster serves until Ctrl-C /
-SIGTERM; then every bookie (and ZooKeeper) is stopped by pid.
+`--demo` writes and reads a ledger and shows recovery and fencing.
+`--tls` makes a throwaway CA under DIR/tls (bkfast.tls.certs), a bookie certificate for 127.0.0.1 and a
+client certificate with the role `bkclient` (OU `0:bkclient;1:sandbox`); the bookies then require TLS
+with mutual authentication and BookieAuthZFactory, and DIR/tls/client.conf holds the client's keys.
+The cluster serves until Ctrl-C / SIGTERM; then every bookie (and ZooKeeper) is stopped by pid.
 """
 
 from __future__ import annotations
@@ -51,8 +54,11 @@ def _raise_stop(signum, frame):
 class Sandbox:
     """The running pieces of a sandbox; `stop()` undoes `start()` in reverse order."""
 
-    def __init__(self, data_dir: Path, bookies: int, zk: bool, zk_connect: str | None):
+    def __init__(self, data_dir: Path, bookies: int, zk: bool, zk_connect: str | None, tls: bool = False):
         self.data_dir = data_dir
+        self.tls = tls
+        self.bookie_conf: dict[str, str] = {}
+        self.client_conf: dict[str, str] = {}
         self.num_bookies = bookies
         self.start_zk = zk
         self.zk_connect = zk_connect
@@ -172,9 +178,12 @@ class Sandbox:
         self.driver = open_metadata_driver(self.metadata_uri)
         call(self.driver.start, timeout=60)
 
+        if self.tls:
+            self.bookie_conf, self.client_conf = make_sandbox_pki(self.data_dir / "tls")
         ports = self._previous_ports()
         self.bookies = [LocalBookie(self.data_dir / f"bookie-{index}",
-                                    ports[index] if index < len(ports) else free_port(), zk_uri)
+                                    ports[index] if index < len(ports) else free_port(), zk_uri,
+                                    dict(self.bookie_conf))
                         for index in range(self.num_bookies)]
         try:
             start_bookies(self.bookies)
@@ -186,8 +195,8 @@ class Sandbox:
             from bkfast.meta.registration import bookie_service_info
 
             for bookie in self.bookies:
-                call(self.driver.register_bookie, bookie.bookie_id, bookie_service_info(bookie.host, bookie.port),
-                     timeout=30)
+                info = bookie_service_info(bookie.host, bookie.port, extensions=("tls",) if self.tls else ())
+                call(self.driver.register_bookie, bookie.bookie_id, info, timeout=30)
         deadline = time.monotonic() + 60
         while len(call(self.driver.get_bookies, False, timeout=30)) < self.num_bookies:
             if time.monotonic() > deadline:
@@ -198,6 +207,9 @@ class Sandbox:
         if self.zk_server is not None:
             info["zookeeper_pid"] = self.zk_server.pid
             info["zookeeper_port"] = self.zk_server.port
+        if self.tls:
+            info["client_conf"] = self.client_conf
+            info["client_conf_file"] = str(self.data_dir / "tls" / "client.conf")
         tmp = self.data_dir / (SANDBOX_FILE + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         os.replace(tmp, self.data_dir / SANDBOX_FILE)
@@ -246,7 +258,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
+def make_sandbox_pki(directory: Path) -> tuple[dict, dict]:
+    """A throwaway CA, bookie and client certificates in `directory` (kept if already there); returns
+    (bookie keys, client keys) with BookKeeper's names, and writes client.conf with the client's."""
+    from bkfast.tls.certs import CertificateAuthority
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_path = directory / "ca.pem"
+    if not (ca_path.exists() and (directory / "client.key").exists() and (directory / "bookie.key").exists()):
+        ca = CertificateAuthority("bkfast sandbox CA")
+        ca.issue("127.0.0.1", hosts=("127.0.0.1", "localhost")).write_pem(directory, "bookie")
+        ca.issue("sandbox-client", ou="0:bkclient;1:sandbox").write_pem(directory, "client")
+        ca.write_pem(ca_path)
+    factory = "org.apache.bookkeeper.tls.TLSContextFactory"
+    bookie = {"tlsProviderFactoryClass": factory, "tlsKeyStoreType": "PEM",
+              "tlsKeyStore": str(directory / "bookie.key"), "tlsCertificatePath": str(directory / "bookie.pem"),
+              "tlsClientAuthentication": "true", "tlsTrustStoreType": "PEM", "tlsTrustStore": str(ca_path),
+              "bookieAuthProviderFactoryClass": "org.apache.bookkeeper.tls.BookieAuthZFactory",
+              "authorizedRoles": "bkclient"}
+    client = {"tlsProviderFactoryClass": factory, "tlsTrustStoreType": "PEM", "tlsTrustStore": str(ca_path),
+              "tlsClientAuthentication": "true", "tlsKeyStoreType": "PEM",
+              "tlsKeyStore": str(directory / "client.key"), "tlsCertificatePath": str(directory / "client.pem"),
+              "tlsHostnameVerificationEnabled": "true"}
+    (directory / "client.conf").write_text("# bkfast sandbox client TLS keys (BookKeeper's names)\n"
+                                           + "".join(f"{k}={v}\n" for k, v in client.items()))
+    return bookie, client
+
+
+def run_demo(metadata_uri: str, entries: int, out=print, client_conf: dict | None = None) -> dict:
     """Create a ledger (E=3 W=2 A=2), write `entries` entries, read them back, recover it from a second
     client and show that the first writer is fenced. Returns the measured numbers."""
     from bkfast import BookKeeper
@@ -258,7 +297,10 @@ def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
     results = {}
     # throttle=0: no per-handle rate limit (BookKeeper's default is 5,000 adds/s), so the demo shows
     # what the cluster can do, as BookKeeper's own benchmarks are run
-    with BookKeeper(metadata_uri, throttle=0) as writer_client:
+    client_conf = client_conf or {}
+    if client_conf:
+        out("demo: the client talks TLS with a client certificate (role bkclient)")
+    with BookKeeper(metadata_uri, throttle=0, **client_conf) as writer_client:
         lh = writer_client.create_ledger(3, 2, 2, digest_type="CRC32C", password=password)
         out(f"demo: created ledger {lh.ledger_id} on {', '.join(lh.metadata.ensembles[0][1])}")
         started = time.perf_counter()
@@ -277,7 +319,7 @@ def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
             raise click.ClickException(f"demo: {mismatches} entries read back differently")
         results["read_entries_per_s"] = entries / elapsed
         out(f"demo: read them back byte-identical in {elapsed:.2f} s: {entries / elapsed:,.0f} entries/s")
-        with BookKeeper(metadata_uri) as reader_client:
+        with BookKeeper(metadata_uri, **client_conf) as reader_client:
             started = time.perf_counter()
             rh = reader_client.open_ledger(lh.ledger_id, password, recovery=True)
             out(f"demo: a second client recovered the ledger in {time.perf_counter() - started:.2f} s: "
@@ -303,8 +345,11 @@ def run_demo(metadata_uri: str, entries: int, out=print) -> dict:
 @click.option("--demo", is_flag=True, default=False, help="Run a short write/read/recovery demo.")
 @click.option("--demo-entries", type=click.IntRange(1), default=10000, show_default=True)
 @click.option("--exit-after-demo", is_flag=True, default=False, help="Stop the cluster after the demo.")
+@click.option("--tls", is_flag=True, default=False,
+              help="Make a throwaway CA and certificates (DIR/tls) and run the bookies with mutual TLS and "
+                   "role authorization; DIR/tls/client.conf has the client's keys.")
 @click.option("-v", "--verbose", is_flag=True, default=False, help="Show the traceback of an error.")
-def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exit_after_demo, verbose) -> None:
+def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exit_after_demo, tls, verbose) -> None:
     """Start a local cluster (metadata + N bookies) and serve until Ctrl-C."""
     if start_zk and zk_connect:
         raise click.UsageError("--zk and --zk-connect exclude each other")
@@ -313,7 +358,7 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exi
     temporary = data_dir is None
     if temporary:
         data_dir = Path(tempfile.mkdtemp(prefix="bkfast-sandbox-"))
-    cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect)
+    cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect, tls=tls)
     signal.signal(signal.SIGTERM, _raise_stop)
     error = failure = None
     try:
@@ -321,8 +366,11 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exi
         click.echo(f"sandbox ready: metadata {cluster.metadata_uri}")
         click.echo(f"sandbox bookies: {', '.join(b.bookie_id for b in cluster.bookies)}")
         click.echo(f"sandbox description: {data_dir / SANDBOX_FILE}")
+        if tls:
+            click.echo(f"sandbox TLS: mutual TLS + BookieAuthZFactory (role bkclient); CA and certificates in "
+                       f"{data_dir / 'tls'}, client keys in {data_dir / 'tls' / 'client.conf'}")
         if demo:
-            run_demo(cluster.metadata_uri, demo_entries, out=click.echo)
+            run_demo(cluster.metadata_uri, demo_entries, out=click.echo, client_conf=cluster.client_conf)
             click.echo("demo: done")
         if not exit_after_demo:
             click.echo("serving; press Ctrl-C to stop")

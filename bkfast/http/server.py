@@ -180,8 +180,9 @@ class GcDetailsResource(_Leaf):
         return _json(request, 200, self.ctx.bookie.gc_state())
 
 
-def build_site(ctx: AdminContext) -> server.Site:
-    """The admin site: the endpoints above, and those of bkfast.http.admin_api (spec §9.2) under /api/v1/."""
+def build_site(ctx: AdminContext, security=None) -> server.Site:
+    """The admin site: the endpoints above, and those of bkfast.http.admin_api (spec §9.2) under /api/v1/;
+    with `security` (bkfast.http.security), mutating requests need its token or client certificate."""
     from bkfast.http.admin_api import install_admin_api
 
     root = resource.Resource()
@@ -199,26 +200,47 @@ def build_site(ctx: AdminContext) -> server.Site:
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
     install_admin_api(root, ctx)
-    site = server.Site(root)
+    if security is not None:
+        from bkfast.http.security import GuardedSite
+
+        site = GuardedSite(root, security)
+    else:
+        site = server.Site(root)
     site.displayTracebacks = False
     return site
 
 
 def start_http_server(reactor, conf, ctx: AdminContext, sock=None):
-    """Serve `ctx`'s endpoints on httpServerPort of the bookie's bind address (listeningInterface's address,
-    `bkfast.ids.bookie_address`), or on `sock`, a bound socket not yet listening; returns the listening port.
+    """Serve `ctx`'s endpoints on httpServerHost (unset: the bookie's bind address, bkfast.ids.bookie_address)
+    and httpServerPort -- or on `sock`, a bound socket not yet listening -- over HTTPS with
+    httpServerTlsEnable, behind the authentication check of bkfast.http.security; returns the listening port.
 
     The metrics in `ctx` are made and handed to the Bookie by their owner (bkfast.server); this module
     only exposes them."""
+    from bkfast.http.security import HttpSecurity, https_context_factory
+
+    interface = conf.get("httpServerHost") or bookie_address(conf).bind_host
+    security = HttpSecurity.from_conf(conf)
+    if not security.required and interface not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("admin HTTP API on %s: its mutating endpoints are open to anyone who can reach it; set "
+                    "httpServerAuthTokenFile (and/or httpServerTlsEnable with httpServerTrustStorePath)", interface)
+    factory = site = build_site(ctx, security)
+    tls = conf.get("httpServerTlsEnable")
     if sock is not None:
+        if tls:
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+
+            factory = TLSMemoryBIOFactory(https_context_factory(conf), False, site)
         try:
             sock.listen(50)
-            port = reactor.adoptStreamPort(sock.fileno(), sock.family, build_site(ctx))
+            port = reactor.adoptStreamPort(sock.fileno(), sock.family, factory)
         finally:
             sock.close()                # the port holds its own duplicate of the socket
+    elif tls:
+        port = reactor.listenSSL(conf.get("httpServerPort"), site, https_context_factory(conf), interface=interface)
     else:
-        interface = bookie_address(conf).bind_host
-        port = reactor.listenTCP(conf.get("httpServerPort"), build_site(ctx), interface=interface)
+        port = reactor.listenTCP(conf.get("httpServerPort"), site, interface=interface)
     bound = port.getHost()
-    log.info("admin HTTP server listening on %s:%d", bound.host, bound.port)
+    log.info("admin HTTP%s server listening on %s:%d", "S" if conf.get("httpServerTlsEnable") else "",
+             bound.host, bound.port)
     return port

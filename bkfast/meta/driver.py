@@ -115,3 +115,26 @@ class MetadataDriver(abc.ABC):
     @abc.abstractmethod
     def unregister_bookie(self, bookie_id: str) -> Deferred:
         """Remove this driver's registration of `bookie_id`."""
+
+    # --- named log streams (bkfast.meta.streams; implemented in bkfast.meta.stream_store) ------------
+    @abc.abstractmethod
+    def create_stream(self, metadata) -> Deferred:
+        """Store a new stream (a `StreamMetadata`); fires with VersionedStream. StreamExistsError if taken."""
+
+    @abc.abstractmethod
+    def read_stream(self, name: str) -> Deferred:
+        """Fires with VersionedStream; NoSuchStreamError if absent."""
+
+    @abc.abstractmethod
+    def write_stream(self, metadata, expected_version: int) -> Deferred:
+        """CAS update; fires with the new VersionedStream. BKMetadataVersionException when the stored
+        version differs, NoSuchStreamError when the stream is gone."""
+
+    @abc.abstractmethod
+    def delete_stream(self, name: str, expected_version: int = -1) -> Deferred:
+        """Remove the stream's record (its ledgers are the caller's business)."""
+
+    @abc.abstractmethod
+    def list_streams(self) -> Deferred:
+        """Sorted list of the stream names."""
+

@@ -33,6 +33,7 @@ from bkfast.ids import LedgerId
 
 from .driver import Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
+from .stream_store import EmbeddedStreamStore
 from .zk_driver import bookie_info_from_data, new_ctoken
 
 __all__ = ["EmbeddedMetadataDriver", "open_stores"]
@@ -145,7 +146,7 @@ def _path_from_uri(uri: str) -> str:
     return os.path.realpath(path)
 
 
-class EmbeddedMetadataDriver(MetadataDriver):
+class EmbeddedMetadataDriver(EmbeddedStreamStore, MetadataDriver):
     """``embedded:///abs/path/dir``; see the module docstring."""
 
     def __init__(self, uri: str, conf=None, **_options):
@@ -154,6 +155,11 @@ class EmbeddedMetadataDriver(MetadataDriver):
         self._store: _Store | None = None
         self._watches: list[dict] = []
         self._closed = False
+
+    @staticmethod
+    def _run_store(fn, *args) -> defer.Deferred:
+        """A store operation run now, as a fired Deferred (for the mixins, e.g. EmbeddedStreamStore)."""
+        return _run(fn, *args)
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> defer.Deferred:

@@ -38,15 +38,17 @@ def bookie_id(conf) -> str:
 
 
 def bookie_service_info(host: str, port: int, properties: dict[str, str] | None = None,
-                        scope_ids: bool = True) -> bytes:
-    """Serialized `BookieServiceInfoFormat`: one endpoint ("bookie", "bookie-rpc", host, port) and
-    `properties` (plus ``bkfast.scopeIds=1`` unless `scope_ids` is False)."""
+                        scope_ids: bool = True, extensions: tuple[str, ...] = ()) -> bytes:
+    """Serialized `BookieServiceInfoFormat`: one endpoint ("bookie", "bookie-rpc", host, port, with
+    `extensions`: ("tls",) on a TLS bookie, spec §8.4) and `properties` (plus ``bkfast.scopeIds=1``
+    unless `scope_ids` is False)."""
     info = BookieServiceInfoFormat()
     ep = info.endpoints.add()
     ep.id = "bookie"
     ep.port = port
     ep.host = host
     ep.protocol = "bookie-rpc"
+    ep.extensions.extend(extensions)
     props = dict(properties or {})
     if scope_ids:
         props.setdefault(SCOPE_IDS_PROPERTY, "1")

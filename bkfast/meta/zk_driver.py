@@ -48,6 +48,7 @@ from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
 from .registration import BookieRegistration
+from .stream_store import ZkStreamStore
 from .zk_idgen import IDGEN_LONG, ZkIdGeneration
 from .zk_layout import (
     AVAILABLE,
@@ -109,7 +110,7 @@ class _DaemonThreadPool(ThreadPool):
         return threading.Thread(*args, daemon=True, **kwargs)
 
 
-class ZkMetadataDriver(ZkIdGeneration, MetadataDriver):
+class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     """``zk+<layout>://host:port[,host:port]/ledgers`` (``;`` also separates hosts). The cluster's LAYOUT
     znode decides the layout; the URI's layout is only a hint. Pass `client` to share a started
     KazooClient (it is then not stopped by close())."""

@@ -20,6 +20,10 @@ timer, and nothing is kept once answered). A timed-out v3 request is forgotten (
 txnId); a timed-out v2 request stays queued as a tombstone, so its late answer is consumed and ignored
 instead of being matched to a newer request for the same entry.
 
+TLS (`tls`, a bkfast.tls.context.ClientTLS): START_TLS and the handshake run first (bkfast.net.client_tls);
+requests wait in the core until they are done, then go through Twisted's TLS transport with one
+writeSequence per flush instead of sendmsg.
+
 Must never: block the reactor, fire a request's Deferred twice, or leave a request pending after its
 connection is gone (every pending request of a lost connection fails at once).
 """
@@ -34,6 +38,8 @@ import time
 from twisted.internet import error as terror
 from twisted.internet import protocol, task
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IHandshakeListener
+from zope.interface import implementer
 
 from bkfast._clientpath import ChannelCore
 from bkfast.codec import FrameSplitter
@@ -45,6 +51,7 @@ from bkfast.errors import (
     error_for_v2_rc,
     error_for_v3_status,
 )
+from bkfast.net import client_tls
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -160,11 +167,12 @@ class _Connector(protocol.ClientFactory):
         self.channel.connect_failed(reason)
 
 
+@implementer(IHandshakeListener)
 class BookieChannel(protocol.Protocol):
     """One TCP connection to one bookie speaking v2 or v3; used once, replaced after it fails."""
 
     def __init__(self, reactor, bookie_id: str, v3: bool, min_timeout: float, max_frame_size: int,
-                 on_closed=None):
+                 on_closed=None, tls=None, tls_timeout_s: float = 10.0):
         self.reactor = reactor
         self.bookie_id = bookie_id
         self.v3 = v3
@@ -188,6 +196,12 @@ class BookieChannel(protocol.Protocol):
         self._response = pb.Response()
         self.sweeper = None
         self.sweep_interval = min(1.0, max(0.05, min_timeout / 10.0))
+        # TLS (bkfast.net.client_tls): a ClientTLS, and the START_TLS phase (None: plaintext or TLS done)
+        self.tls = tls
+        self.tls_timeout_s = tls_timeout_s
+        self.tls_phase = None
+        self.tls_timer = None
+        self.host = None
 
     # --- connection life ----------------------------------------------------------------------------
     def connect(self, host: str, port: int, connect_timeout_s: float) -> None:
@@ -196,12 +210,16 @@ class BookieChannel(protocol.Protocol):
             self.sweeper.clock = self.reactor
             self.sweeper.start(self.sweep_interval, now=False)
         log.debug("connecting to bookie %s (%s:%d, %s)", self.bookie_id, host, port, "v3" if self.v3 else "v2")
+        self.host = host
         self.connector = self.reactor.connectTCP(host, port, _Connector(self),
                                                  timeout=connect_timeout_s if connect_timeout_s > 0 else 30)
 
     def connectionMade(self):
         if self.state is CLOSED:             # closed while connecting
             self.transport.abortConnection()
+            return
+        if self.tls is not None and self.tls_phase is None:
+            client_tls.begin(self)           # requests wait until TLS is up, then tls_ready()
             return
         self.state = CONNECTED
         self.core.connected = True
@@ -214,6 +232,18 @@ class BookieChannel(protocol.Protocol):
                  self.pending_count)
         if self.core.out:
             self.flush()
+
+    def tls_ready(self) -> None:
+        """The TLS handshake is done: the channel is connected (writes go through the TLS transport)."""
+        self.state = CONNECTED
+        self.core.connected = True
+        log.info("connected to bookie %s (%s, TLS), %d requests queued", self.bookie_id,
+                 "v3" if self.v3 else "v2", self.pending_count)
+        if self.core.out:
+            self.flush()
+
+    def handshakeCompleted(self) -> None:
+        client_tls.handshake_completed(self)
 
     def connect_failed(self, reason) -> None:
         if self.state is CLOSED:
@@ -231,6 +261,8 @@ class BookieChannel(protocol.Protocol):
         self._closed_now()
 
     def connectionLost(self, reason=None):
+        if self.tls_timer is not None:
+            client_tls.connection_lost(self)
         if self.state is not CLOSED:
             clean = reason is None or reason.check(terror.ConnectionDone)
             why = f"connection to bookie {self.bookie_id} lost" + (
@@ -253,7 +285,7 @@ class BookieChannel(protocol.Protocol):
                 log.info("%s; failing %d pending requests", why, self.pending_count)
             was_connected = self.state is CONNECTED
             self._shut(BKBookieHandleNotAvailableException, why)
-            if was_connected and self.transport is not None:
+            if (was_connected or self.tls_phase is not None) and self.transport is not None:
                 self.transport.abortConnection()
             elif self.connector is not None:
                 try:
@@ -319,7 +351,9 @@ class BookieChannel(protocol.Protocol):
             self.flush_call = None
         frames = self.core.take()
         if frames and self.state is CONNECTED:
-            if self.unsent:                  # still waiting for the socket: keep the order
+            if self.tls is not None:         # through the TLS layer (it encrypts and buffers)
+                self.transport.writeSequence(frames)
+            elif self.unsent:                # still waiting for the socket: keep the order
                 self.unsent.extend(frames)
             else:
                 self.unsent = frames
@@ -367,12 +401,18 @@ class BookieChannel(protocol.Protocol):
 
     # --- receiving ----------------------------------------------------------------------------------
     def dataReceived(self, data):
+        if self.tls_phase is not None:
+            if self.tls_phase is client_tls.REPLY:
+                client_tls.received(self, data)
+                return
         try:
             frames = self.splitter.feed(data)
         except FrameError as err:
             self.handle_frames(err.frames)
             self.close(f"bad frame from bookie {self.bookie_id}: {err}")
             return
+        if frames and self.tls_phase is client_tls.VERDICT:
+            frames = client_tls.filter_verdict(self, frames)
         if frames:
             self.handle_frames(frames)
 

@@ -95,6 +95,12 @@ class BookieClient:
         self.connect_timeout = (c.get("clientConnectTimeoutMillis") or 0) / 1000.0
         self.channels_per_bookie = max(1, int(c.get("numChannelsPerBookie") or 1))
         self.max_frame_size = int(c.get("nettyMaxFrameSizeBytes"))
+        # TLS with every bookie when tlsProviderFactoryClass is set (files read once, here; refreshed
+        # for new connections after tlsCertFilesRefreshDurationSeconds)
+        from bkfast.tls.context import ClientTLS, tls_enabled
+
+        self.tls = ClientTLS(c) if tls_enabled(c) else None
+        self.tls_timeout_s = float(c.get("startTLSTimeoutSecs"))
         # bookie id -> numChannelsPerBookie slots (None until used, and again after a failure)
         self._v2_slots: dict[str, list[BookieChannel | None]] = {}
         self._v3_slots: dict[str, list[BookieChannel | None]] = {}
@@ -134,7 +140,7 @@ class BookieClient:
         except Exception as err:
             raise BKBookieHandleNotAvailableException(f"cannot resolve bookie {bookie_id}: {err}") from err
         ch = BookieChannel(self.reactor, bookie_id, v3, self.min_timeout, self.max_frame_size,
-                           on_closed=self._channel_closed)
+                           on_closed=self._channel_closed, tls=self.tls, tls_timeout_s=self.tls_timeout_s)
         ch.slot = (slots, i)
         slots[i] = ch
         ch.connect(host, port, self.connect_timeout)

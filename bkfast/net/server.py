@@ -22,6 +22,10 @@ The reactor never waits:
   not drain within `waitTimeoutOnResponseBackpressureMs` is disconnected. Reads queued on the pool per
   connection are bounded too, so late answers cannot pile up either.
 
+TLS: START_TLS, the handshake and the authentication gate live in bkfast.net.tls; a connection only asks
+`gate is not None` once per run of frames (Twisted's TLS protocol then sits between it and the socket,
+and keeps it as the streaming producer, so the output bound holds under TLS too).
+
 Threads: everything here runs on the reactor thread. The Bookie is built by the server's owner with
 `dispatcher=make_dispatcher(reactor)`, so each journal group commit comes back in ONE callFromThread;
 completions append to their connection's FrameBuilder and mark it dirty, and every dirty connection is
@@ -35,9 +39,12 @@ import os
 import weakref
 
 from twisted.internet import protocol
+from twisted.internet.interfaces import IHandshakeListener
+from zope.interface import implementer
 
 from bkfast.codec import FrameBuilder, FrameSplitter
 from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyError
+from bkfast.net import tls as conn_tls
 from bkfast.net import v2_handler, v3_handler
 from bkfast.net.read_pool import ReadPool
 
@@ -83,7 +90,7 @@ def make_dispatcher(reactor):
 class BookieServerFactory(protocol.ServerFactory):
     """Serves one Bookie to any number of connections."""
 
-    def __init__(self, bookie, conf, reactor=None):
+    def __init__(self, bookie, conf, reactor=None, security=None):
         if reactor is None:
             from twisted.internet import reactor as default_reactor
             reactor = default_reactor
@@ -101,6 +108,8 @@ class BookieServerFactory(protocol.ServerFactory):
         # A Bookie takes a whole read's ADDs in one call; anything else (test doubles) one add at a time.
         self.batch_adds = hasattr(bookie, "add_entries")
         self.read_cached = getattr(bookie, "read_entry_cached", None)
+        # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
+        self.security = security if security is not None else conn_tls.ServerSecurity.from_conf(conf)
         self.connections: set[BookieServerProtocol] = set()
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None
@@ -165,6 +174,7 @@ class BookieServerFactory(protocol.ServerFactory):
         return total, free
 
 
+@implementer(IHandshakeListener)
 class BookieServerProtocol(protocol.Protocol):
     """One client connection."""
 
@@ -187,6 +197,12 @@ class BookieServerProtocol(protocol.Protocol):
         self.reading_paused = False
         self.room_deadline: float | None = None
         self._backpressure_timer = None
+        # Not None while requests are not served normally: not authenticated yet, or switching to TLS.
+        self.gate = factory.security.initial_gate() if factory.security is not None else None
+        self.tls_timer = None
+        self.tls_done = False
+        self.start_tls_request = None
+        self.tls_chunks: list | None = None      # decrypted data of one socket read, being gathered
 
     # --- connection lifecycle -----------------------------------------------------------------
     def connectionMade(self):
@@ -220,6 +236,8 @@ class BookieServerProtocol(protocol.Protocol):
         self.factory._waiting_for_room.discard(self)
         self.held = []
         self._cancel_backpressure_timer()
+        if self.tls_timer is not None or self.gate is not None:
+            conn_tls.connection_lost(self, reason)
 
     def close(self, why: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, why)
@@ -301,6 +319,9 @@ class BookieServerProtocol(protocol.Protocol):
 
     # --- input ----------------------------------------------------------------------------------
     def dataReceived(self, data):
+        if self.tls_chunks is not None:        # inside one TLS delivery: handled at its end (bkfast.net.tls)
+            self.tls_chunks.append(data)
+            return
         if not self.connected:
             return
         try:
@@ -339,12 +360,21 @@ class BookieServerProtocol(protocol.Protocol):
                 if self.blocked:
                     self.hold(frames, i)
                     return
-            if self.v2:
+            if self.gate is not None:
+                i = conn_tls.gated(self, frames, i)
+            elif self.v2:
                 i = v2_handler.handle_run(self, frames, i)
             else:
                 i = v3_handler.handle_run(self, frames, i)
         if len(self.out):
             self.respond()
+
+    # --- TLS (bkfast.net.tls) ------------------------------------------------------------------------
+    def start_tls(self, request, reply) -> None:
+        conn_tls.start_tls(self, request, reply)
+
+    def handshakeCompleted(self) -> None:
+        conn_tls.handshake_completed(self)
 
     # --- adds -------------------------------------------------------------------------------------
     def submit_adds(self, adds: list, ids: list, answer) -> int:

@@ -426,6 +426,14 @@ def _auth(conn, request, reply) -> None:
     conn.respond()
 
 
+def _start_tls(conn, request, reply) -> None:
+    start = getattr(conn, "start_tls", None)
+    if start is None:
+        reply.send(V3Status.EBADREQ)
+    else:
+        start(request, reply)
+
+
 _HANDLERS = {
     pb.ADD_ENTRY: _add,
     pb.READ_ENTRY: _read,
@@ -435,6 +443,7 @@ _HANDLERS = {
     pb.GET_BOOKIE_INFO: _bookie_info,
     pb.GET_LIST_OF_ENTRIES_OF_LEDGER: _entries_of_ledger,
     pb.AUTH: _auth,
+    pb.START_TLS: _start_tls,
 }
 
 # For EBADVERSION answers: the response field and request field of each operation.

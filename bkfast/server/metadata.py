@@ -72,10 +72,11 @@ class MetadataSession:
 
         check_or_create_cookies(self.zk, self.root, self.conf, bid)
 
-    def register(self, bid: str, host: str, port: int, read_only: bool) -> None:
+    def register(self, bid: str, host: str, port: int, read_only: bool, tls: bool = False) -> None:
         from bkfast.meta import BookieRegistration, bookie_service_info
 
-        self.registration = BookieRegistration(self.zk, self.root, bid, bookie_service_info(host, port))
+        info = bookie_service_info(host, port, extensions=("tls",) if tls else ())
+        self.registration = BookieRegistration(self.zk, self.root, bid, info)
         self.registration.register(read_only=read_only)
         log.info("bookie %s registered under %s/available%s", bid, self.root, "/readonly" if read_only else "")
 

@@ -140,6 +140,7 @@ class BookieService:
         self.metrics = None
         self.http_port = None
         self.admin = None
+        self.security = None
         self.exit_code = 0
         self._stop_requested = False
         self._stopped = None
@@ -151,6 +152,10 @@ class BookieService:
         Call it before the reactor runs (run() does) or in the reactor thread; it blocks on ZooKeeper and
         on the journal replay."""
         conf, reactor = self.conf, self.reactor
+        from bkfast.net.tls import ServerSecurity
+
+        # TLS keys and the authorizer are read (and checked) before anything starts
+        self.security = ServerSecurity.from_conf(conf)
         log_unknown_keys(conf)
         self._bind()
         try:
@@ -193,7 +198,8 @@ class BookieService:
             conf.set("bookiePort", sock.getsockname()[1])   # the id, and so the cookie, name the real port
         if conf.get("httpServerEnabled"):
             try:
-                self._sockets["http"] = bind_socket(bind_host, conf.get("httpServerPort"), "httpServerPort")
+                http_host = conf.get("httpServerHost") or bind_host
+                self._sockets["http"] = bind_socket(http_host, conf.get("httpServerPort"), "httpServerPort")
             except BaseException:
                 sock.close()
                 self._sockets.clear()
@@ -223,7 +229,7 @@ class BookieService:
     def _listen(self) -> None:
         from bkfast.net.server import BookieServerFactory
 
-        self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor)
+        self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor, security=self.security)
         self.port = listen_on(self.reactor, self._sockets.pop("bookie"), self.factory, "bookiePort",
                               self.conf.listen_backlog)
         self.address = self.port.getHost()
@@ -244,7 +250,9 @@ class BookieService:
         from twisted.internet import threads
 
         meta, node, bid = self.meta, self.bookie, self.bookie_id
-        meta.register(bid, self.bookie_address.host, self.address.port, node.read_only)
+        security = self.factory.security
+        meta.register(bid, self.bookie_address.host, self.address.port, node.read_only,
+                      tls=security is not None and security.tls is not None)
 
         def sync_registration(_read_only=None):
             # Called from disk-checker, journal, flush or reactor threads; the ZooKeeper move blocks.
