@@ -30,13 +30,17 @@ from bkfast.cli.local_cluster import LocalBookie  # noqa: E402
 
 
 def start_bookie(data_dir: Path, pythonpath: str | None) -> LocalBookie:
-    saved = os.environ.get("PYTHONPATH")
+    """A fresh bookie; `pythonpath`: run it from that checkout instead (its code must come first on the
+    bookie's sys.path: `python -m` puts the working directory before PYTHONPATH, so it starts there too)."""
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     if pythonpath:
         os.environ["PYTHONPATH"] = pythonpath
+        os.chdir(pythonpath)
     try:
-        return LocalBookie(data_dir, 0, extra_conf=DEFAULT_BOOKIE_CONF).start()
+        return LocalBookie(Path(data_dir).resolve(), 0, extra_conf=DEFAULT_BOOKIE_CONF).start()
     finally:
         if pythonpath:
+            os.chdir(cwd)
             if saved is None:
                 os.environ.pop("PYTHONPATH", None)
             else:
