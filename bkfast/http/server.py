@@ -39,6 +39,7 @@ class AdminContext:
         self.factory = factory
         self.meta = meta
         self.metrics = metrics
+        self.autorecovery = None            # the AutoRecoveryDaemon when autoRecoveryDaemonEnabled
         self.shutting_down = False
 
     def disk_space(self) -> tuple[int, int]:

@@ -192,6 +192,24 @@ class UnderReplicationManager:
             except NoNodeError:
                 continue
 
+    def mark_many(self, ledger_ids, replicas, window: int = 1000) -> int:
+        """`mark(id, replicas)` for many ledgers, pipelined: new marks are created `window` at a time; a
+        ledger already marked goes through `mark` (append + refresh). Returns how many were written."""
+        self.ensure_layout()
+        ids = list(ledger_ids)
+        data = encode_mark(list(dict.fromkeys(replicas)), self._now_ms())
+        written = 0
+        for start in range(0, len(ids), window):
+            chunk = ids[start:start + window]
+            pending = [(i, self.zk.create_async(self.mark_path(i), data, makepath=True)) for i in chunk]
+            for ledger_id, ar in pending:
+                try:
+                    ar.get(timeout=60)
+                    written += 1
+                except NodeExistsError:
+                    written += bool(self.mark(ledger_id, replicas))
+        return written
+
     def get_mark(self, ledger_id: int) -> MarkInfo | None:
         try:
             data, stat = self.zk.get(self.mark_path(ledger_id))
@@ -343,6 +361,11 @@ class UnderReplicationManager:
         except NoNodeError:
             self.zk.ensure_path(self.base)
             self.zk.create(self.delay_path, data)
+
+    def trigger_audit(self, default_delay: int = 0) -> None:
+        """Java's triggerAudit: rewrite lostBookieRecoveryDelay with its own value; the auditor audits now."""
+        value = self.get_lost_bookie_recovery_delay()
+        self.set_lost_bookie_recovery_delay(value if value is not None else default_delay)
 
     # --- ctime nodes ------------------------------------------------------------------------------------
     def get_ctime(self, name: str) -> int:
