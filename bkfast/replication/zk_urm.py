@@ -193,22 +193,36 @@ class UnderReplicationManager:
                 continue
 
     def mark_many(self, ledger_ids, replicas, window: int = 1000) -> int:
-        """`mark(id, replicas)` for many ledgers, pipelined: new marks are created `window` at a time; a
-        ledger already marked goes through `mark` (append + refresh). Returns how many were written."""
+        """`mark(id, replicas)` for many ledgers, pipelined: the missing parent directories are created level by
+        level, then the new marks `window` at a time; a ledger already marked goes through `mark` (append +
+        refresh). Returns how many marks were written."""
         self.ensure_layout()
         ids = list(ledger_ids)
         data = encode_mark(list(dict.fromkeys(replicas)), self._now_ms())
+        paths = [self.mark_path(i) for i in ids]
+        for depth in range(1, 5):
+            dirs = sorted({p.rsplit("/", 5 - depth)[0] for p in paths})
+            self._create_many([(d, b"") for d in dirs], window)
         written = 0
         for start in range(0, len(ids), window):
             chunk = ids[start:start + window]
-            pending = [(i, self.zk.create_async(self.mark_path(i), data, makepath=True)) for i in chunk]
+            pending = [(i, self.zk.create_async(self.mark_path(i), data)) for i in chunk]
             for ledger_id, ar in pending:
                 try:
                     ar.get(timeout=60)
                     written += 1
-                except NodeExistsError:
+                except (NodeExistsError, NoNodeError):
                     written += bool(self.mark(ledger_id, replicas))
         return written
+
+    def _create_many(self, items: list[tuple[str, bytes]], window: int) -> None:
+        for start in range(0, len(items), window):
+            pending = [self.zk.create_async(path, data) for path, data in items[start:start + window]]
+            for ar in pending:
+                try:
+                    ar.get(timeout=60)
+                except NodeExistsError:
+                    pass
 
     def get_mark(self, ledger_id: int) -> MarkInfo | None:
         try:
