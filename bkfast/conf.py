@@ -225,7 +225,6 @@ SERVER_KEYS: tuple[Key, ...] = (
         "Report ledgers under-replicated for longer than this, s; 0 = off", min=0),
     Key("autoRecoveryDaemonEnabled", bool, False, "Run the auto-recovery daemon inside the bookie"),
     Key("replicationRateByBytes", int, -1, "Re-replication throttle, bytes/s; -1 = unlimited"),
-    Key("rereplicationEntryBatchSize", int, 10, "Entries a replication worker copies at once", min=1),
     Key("lockReleaseOfFailedLedgerGracePeriod", int, 300000,
         "Longest wait before a worker releases the lock of a ledger it failed to replicate, ms", min=0),
     Key("storeSystemTimeAsLedgerUnderreplicatedMarkTime", bool, True, "Write ctime into under-replication marks"),
@@ -749,7 +748,6 @@ class ServerConfiguration(Configuration):
     underreplicated_ledger_recovery_grace_period_s = _Setting("underreplicatedLedgerRecoveryGracePeriod")
     auto_recovery_daemon_enabled = _Setting("autoRecoveryDaemonEnabled")
     replication_rate_by_bytes = _Setting("replicationRateByBytes")
-    rereplication_entry_batch_size = _Setting("rereplicationEntryBatchSize")
     lock_release_of_failed_ledger_grace_period_ms = _Setting("lockReleaseOfFailedLedgerGracePeriod")
     store_system_time_as_ledger_underreplicated_mark_time = _Setting("storeSystemTimeAsLedgerUnderreplicatedMarkTime")
     # Disks

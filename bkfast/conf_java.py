@@ -26,6 +26,6 @@ zkRetryBackoffMaxMs zkRequestRateLimit zkEnableSecurity enableStatistics enableT
 statsProviderClass prometheusStatsHttpPort prometheusStatsHttpAddress prometheusStatsLatencyRolloverSeconds
 codahaleStatsPrefix codahaleStatsOutputFrequencySeconds codahaleStatsGraphiteEndpoint codahaleStatsCSVEndpoint
 codahaleStatsSlf4jEndpoint codahaleStatsJmxEndpoint statsExport statsHttpPort passwd ensemblePlacementPolicy
-reppDnsResolverClass networkTopologyScriptFileName networkTopologyScriptNumberArgs
+reppDnsResolverClass networkTopologyScriptFileName networkTopologyScriptNumberArgs rereplicationEntryBatchSize
 """.split())
 """BookKeeper server keys bkfast keeps but does not read (no "did you mean" for them)."""

@@ -11,13 +11,16 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+from twisted.internet import defer
 
 from bkfast import BookKeeper
 from bkfast.conf import ServerConfiguration
 from bkfast.http import autorecovery_api
 from bkfast.http.admin_api import _ApiError, _Services
+from bkfast.ids import LedgerId
 from bkfast.reactor import call
-from bkfast.replication.rereplicate import DELETED, LOST, OK, UNAFFECTED
+from bkfast.replication.checker import bad_bookies, striped_sample
+from bkfast.replication.rereplicate import DELETED, FAILED, LOST, OK, UNAFFECTED
 from bkfast.replication.stats import ReplicationCollector, ReplicationStats
 from bkfast.replication.worker import ReplicationWorker
 from bkfast.replication.zk_urm import UnderReplicationManager
@@ -50,7 +53,8 @@ def bk(cluster):
 
 def _worker(cluster, bk, stats=None):
     conf = ServerConfiguration({"metadataServiceUri": cluster.metadata_uri,
-                                "openLedgerRereplicationGracePeriod": 100, "rwRereplicateBackoffMs": 10})
+                                "openLedgerRereplicationGracePeriod": 100, "rwRereplicateBackoffMs": 10,
+                                "lockReleaseOfFailedLedgerGracePeriod": 0})
     urm = UnderReplicationManager(cluster.zk, cluster.root)
     return ReplicationWorker(cluster.zk, cluster.root, urm, conf, bk.async_client, stats or ReplicationStats(),
                              call), urm
@@ -161,6 +165,11 @@ def test_3220_empty_closed_ledger_and_4872_lost_only_replica(cluster, bk, caplog
     victim = cluster.bookies[0]
     empty, _ = _closed_ledger(bk, 0, e=2, w=2, a=2, on=victim.bookie_id)
     single, _ = _closed_ledger(bk, 12, e=1, w=1, a=1, on=victim.bookie_id)
+    wide, _ = _closed_ledger(bk, 6, e=3, w=3, a=3, on=victim.bookie_id)
+    healthy, _ = _closed_ledger(bk, 30, e=2, w=2, a=2)
+    md_healthy, registered = bk.get_ledger_metadata(healthy), _registered(cluster)
+    assert call(lambda: defer.ensureDeferred(bad_bookies(bk.async_client, LedgerId(0, healthy), md_healthy,
+                                                         registered)), timeout=30) == set()
     victim.stop()
     cluster.wait_registered(2)
     reads_before = stats.entries_copied
@@ -185,3 +194,32 @@ def test_3220_empty_closed_ledger_and_4872_lost_only_replica(cluster, bk, caplog
     scraped = {m.name: m.samples[0].value for m in ReplicationCollector(stats).collect()}
     assert scraped["bookie_replication_unrecoverable_ledgers"] == 1
     assert victim.bookie_id in bk.get_ledger_metadata(single).all_bookies   # never pointed at an empty bookie
+
+    # 3905: E = every bookie left, so no replacement: the pass fails, the lock is released, the mark stays
+    urm.mark(wide, [victim.bookie_id])
+    assert urm.try_lock(wide)
+    assert worker.process(wide) == FAILED
+    assert urm.get_mark(wide) is not None and urm.lock_holder_of(wide) is None
+    assert stats.failed_ledgers == 1
+
+    # the auditor's LedgerChecker: an unregistered bookie is bad without a read; a registered one that does
+    # not answer is bad after its reads fail
+    md = bk.get_ledger_metadata(wide)
+    registered = _registered(cluster)
+    check = lambda available: call(lambda: defer.ensureDeferred(  # noqa: E731
+        bad_bookies(bk.async_client, LedgerId(0, wide), md, available)), timeout=60)
+    assert check(registered) == {victim.bookie_id}
+    assert check(registered | {victim.bookie_id}) == {victim.bookie_id}
+    urm.unmark(wide)
+
+
+def _registered(cluster) -> set[str]:
+    return {c for c in cluster.zk.get_children(f"{cluster.root}/available") if c != "readonly"}
+
+
+def test_striped_sample():
+    # E=3 W=2: index 0 stores the entries with (0 - e) % 3 < 2, i.e. e % 3 in (0, 2)
+    assert striped_sample(0, 9, 0, 3, 2) == [0, 9]
+    assert striped_sample(0, 9, 2, 3, 2) == [1, 8]
+    assert striped_sample(5, 5, 1, 3, 2) == []
+    assert len(striped_sample(0, 999, 0, 3, 2, percentage=10)) > 2

@@ -27,6 +27,7 @@ DAEMON_CONF = {
     "zkTimeout": "4000",                          # a killed bookie's nodes go after 4 s
     "openLedgerRereplicationGracePeriod": "3000",
     "rwRereplicateBackoffMs": "500",
+    "lockReleaseOfFailedLedgerGracePeriod": "1000",
     "auditorPeriodicCheckInterval": "0",
     "httpServerEnabled": "true",
     "httpServerPort": "0",
@@ -133,6 +134,39 @@ def test_kill_9_one_bookie_under_live_writers_heals(cluster):
             bk.delete_ledger(lid)
     finally:
         bk.close()
+
+
+def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
+    urm = _urm(cluster)
+    auditor_id = _wait("an auditor", lambda: current_auditor(cluster.zk, cluster.root), 60)
+    assert shell(cluster, "lostbookierecoverydelay", "--set", "8").returncode == 0
+    bk = BookKeeper(cluster.metadata_uri, timeout=60)
+    try:
+        lid = None
+        bouncer = next(b for b in cluster.bookies if b.alive() and b.bookie_id != auditor_id)
+        for _ in range(30):
+            lh = bk.create_ledger(2, 2, 2, password=PASSWORD)
+            lh.add_entries([b"delay-%d" % i for i in range(10)])
+            lh.close()
+            if bouncer.bookie_id in lh.metadata.ensembles[0][1]:
+                lid = lh.ledger_id
+                break
+            bk.delete_ledger(lh.ledger_id)
+        assert lid is not None
+        md = bk.get_ledger_metadata(lid)
+        bouncer.stop()                              # clean stop: its registration goes at once
+        _wait("the registration to go",
+              lambda: bouncer.bookie_id not in cluster.zk.get_children(f"{cluster.root}/available"), 30)
+        time.sleep(1.0)
+        bouncer.start()                             # back within the 8 s delay
+        cluster.wait_registered(4)
+        time.sleep(10)                              # past the delay: the cancelled audit must not mark it
+        assert urm.list_marked() == []
+        assert bk.get_ledger_metadata(lid) == md    # nothing was copied off it
+        bk.delete_ledger(lid)
+    finally:
+        bk.close()
+        assert shell(cluster, "lostbookierecoverydelay", "--set", "0").returncode == 0
 
 
 def test_disable_then_auditor_failover_processes_earlier_marks(cluster):

@@ -10,7 +10,9 @@ by creating its ephemeral lock; then:
   may change its ensemble itself), then is fenced and recovered;
 - done -> the mark is deleted at the version read (a newer mark stays); entries no replica holds -> logged
   once naming the ledger and entries, counted as unrecoverable and the mark dropped, never retried in a loop
-  (apache/bookkeeper#4872); other failures -> lock released and `rwRereplicateBackoffMs` of back-off.
+  (apache/bookkeeper#4872); other failures (e.g. no bookie to replace with, apache/bookkeeper#3905) -> the lock
+  is released after `lockReleaseOfFailedLedgerGracePeriod`/32 * 2^n (n-th failure; the full period from the
+  5th) and the worker backs off `rwRereplicateBackoffMs`.
 Copies are throttled by `replicationRateByBytes`.
 """
 
@@ -54,6 +56,8 @@ class ReplicationWorker:
         self.limiter = ByteRateLimiter(rate, bk.reactor) if rate and rate > 0 else None
         self.grace_s = conf.get("openLedgerRereplicationGracePeriod") / 1000.0
         self.backoff_s = conf.get("rwRereplicateBackoffMs") / 1000.0
+        self.lock_grace_s = conf.get("lockReleaseOfFailedLedgerGracePeriod") / 1000.0
+        self._failures: dict[int, int] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -172,11 +176,25 @@ class ReplicationWorker:
             urm.mark_replicated(ledger_id, info.version)
         else:
             self.stats.incr("failed_ledgers")
-            log.warning("ledger %d: re-replication failed (%s); retrying after %.1f s", ledger_id, outcome.error,
-                        self.backoff_s)
-            urm.release_lock(ledger_id)
+            self._release_later(ledger_id, outcome.error)
             self._sleep(self.backoff_s)
+        if outcome.status != FAILED:
+            self._failures.pop(ledger_id, None)
         return outcome.status
+
+    def _release_later(self, ledger_id: int, error) -> None:
+        """Java's lock release of a failed ledger: after g/32 * 2^n for the n-th failure (n < 5), then g, so
+        other workers do not retry a ledger that cannot be replicated now in a tight loop."""
+        n = self._failures.get(ledger_id, 0)
+        self._failures[ledger_id] = n + 1
+        delay = self.lock_grace_s / 32 * 2 ** n if n < 5 else self.lock_grace_s
+        log.warning("ledger %d: re-replication failed (%s); its lock is released in %.1f s", ledger_id, error, delay)
+        if delay <= 0:
+            self.urm.release_lock(ledger_id)
+            return
+        timer = threading.Timer(delay, self.urm.release_lock, (ledger_id,))
+        timer.daemon = True
+        timer.start()
 
     def _current_failed(self, ledger: LedgerId) -> set[str]:
         try:
