@@ -195,6 +195,7 @@ class Auditor:
         index, count = scan.bookie_ledger_index(self.zk, self.root, self.layout)
         scanned = time.monotonic() - started
         available = self._available()
+        self._known = set(available)          # bookies lost until now are handled by this audit
         lost = sorted(set(index) - available)
         marked = 0
         for bookie in lost:
