@@ -119,17 +119,19 @@ async def copy_segment(bk, ledger: LedgerId, md: LedgerMetadata, first: int, las
 
     jobs = work()
     failures: list[BaseException] = []
+    average = [1024.0]            # Java's running average entry size (start 1024; avg * 0.8 + size * 0.2)
 
     async def worker():
         for entry_id, sources, targets in jobs:
             if failures:
                 return
+            if limiter is not None:       # before the read: the throttle bounds the reads too
+                await limiter.acquire(int(average[0]) * len(targets))
             data = await _read_verified(bk, ledger, entry_id, sources, digest)
             if data is None:
                 stats.lost.append(entry_id)
                 continue
-            if limiter is not None:
-                await limiter.acquire(len(data) * len(targets))
+            average[0] = average[0] * 0.8 + len(data) * 0.2
             try:
                 await defer.gatherResults(
                     [bk.bookie_client.add_entry(t, ledger.ledger_id, entry_id, data, digest.master_key, recovery=True,
