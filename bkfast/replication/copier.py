@@ -38,7 +38,7 @@ class ByteRateLimiter:
     def __init__(self, rate: float, reactor):
         self.rate = float(rate)
         self.reactor = reactor
-        self.tokens = min(self.rate, 1 << 20) if self.rate > 0 else 0.0
+        self.tokens = 0.0                 # as Guava's RateLimiter: no stored permits at the start
         self.updated = time.monotonic()
 
     @property
