@@ -109,9 +109,10 @@ class _OpenLoopWriter(threading.Thread):
 
 
 def _recover(uri: str, victim: str, rate_bytes: int = -1) -> dict:
-    """`bkfast shell recover` as its own process (as an operator runs it)."""
+    """`bkfast shell recover` as its own process (as an operator runs it); open ledgers (the foreground
+    writer's) are left alone."""
     cmd = [sys.executable, "-m", "bkfast.cli.main", "shell", "recover", victim, "--json", "--rate", str(rate_bytes),
-           "--metadata-uri", uri]
+           "--skip-open-ledgers", "--metadata-uri", uri]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"recover failed: {done.stderr.strip()}")
