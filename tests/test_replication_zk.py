@@ -232,3 +232,21 @@ def test_mark_replicated_deletes_only_the_version_it_saw_and_prunes(zk_client):
     assert zk_client.exists(f"{ROOT}/underreplication/ledgers/0000/0001") is None
     assert zk_client.exists(f"{ROOT}/underreplication/ledgers/0000/0000/0000/0007") is not None
     assert m.list_marked() == [7]
+
+
+def test_mark_many_writes_what_mark_writes(zk_client):
+    """The batched auditor path gives the same nodes as one `mark` per ledger, also next to existing marks and
+    left-over directories (whose transaction fails and falls back to `mark`)."""
+    ids = list(range(1, 450)) + [0x123456789]
+    batched = _manager(zk_client, 1795644908239)
+    batched.mark(7, ["127.0.0.1:3181"])                                 # already marked: appended
+    zk_client.ensure_path(batched.mark_path(300).rsplit("/", 1)[0])     # a directory without its mark
+    assert batched.mark_many(ids, ["127.0.0.1:3182"]) == len(ids)
+    assert sorted(batched.list_marked()) == sorted(ids)
+    expected = _event_node("mark_5_second")
+    data, stat = _data(zk_client, batched.mark_path(7))
+    assert data.hex() == expected["dataHex"] and stat.version == 1     # Java's bytes for the same two marks
+    for lid in (1, 300, 449, 0x123456789):
+        data, stat = _data(zk_client, batched.mark_path(lid))
+        assert data == b'replica: "127.0.0.1:3182"\nctime: 1795644908239\n' and stat.version == 0
+    assert batched.mark_many([7, 8], ["127.0.0.1:3182"]) == 0           # nothing new: nothing written
