@@ -257,17 +257,30 @@ class UnderReplicationManager:
         return ids
 
     def list_marks(self) -> dict[int, MarkInfo]:
-        """ledger id -> MarkInfo for every mark (pipelined reads)."""
-        ids = self.list_marked()
-        pending = [(i, self.zk.get_async(self.mark_path(i))) for i in ids]
+        """ledger id -> MarkInfo for every mark. The ids come from the 4th-level directory names (the hex
+        groups of the id), so each mark costs one pipelined read; a directory without its mark is skipped."""
+        level = [self.ledgers_path]
+        for _depth in range(3):
+            level = [f"{p}/{c}" for p, kids in self._children_many(level) for c in kids]
+        ids = []
+        for path, kids in self._children_many(level):
+            groups = path.rsplit("/", 3)[-3:]
+            for name in kids:
+                try:
+                    parts = [int(g, 16) for g in (*groups, name)]
+                except ValueError:
+                    continue
+                ids.append((parts[0] << 48) | (parts[1] << 32) | (parts[2] << 16) | parts[3])
         out = {}
-        for ledger_id, ar in pending:
-            try:
-                data, stat = ar.get(timeout=30)
-            except NoNodeError:
-                continue
-            replicas, ctime = parse_mark(data)
-            out[ledger_id] = MarkInfo(ledger_id, tuple(replicas), ctime, stat.version)
+        for start in range(0, len(ids), 5000):
+            pending = [(i, self.zk.get_async(self.mark_path(i))) for i in ids[start:start + 5000]]
+            for ledger_id, ar in pending:
+                try:
+                    data, stat = ar.get(timeout=60)
+                except NoNodeError:
+                    continue
+                replicas, ctime = parse_mark(data)
+                out[ledger_id] = MarkInfo(ledger_id, tuple(replicas), ctime, stat.version)
         return out
 
     def _children_many(self, paths: list[str]) -> list[tuple[str, list[str]]]:
