@@ -223,3 +223,32 @@ def test_striped_sample():
     assert striped_sample(0, 9, 2, 3, 2) == [1, 8]
     assert striped_sample(5, 5, 1, 3, 2) == []
     assert len(striped_sample(0, 999, 0, 3, 2, percentage=10)) > 2
+
+
+def test_standalone_autorecovery_process(cluster, tmp_path):
+    """`bkfast autorecovery` as its own process: it is elected, and SIGTERM (by pid) ends it and its vote."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    log_path = tmp_path / "autorecovery.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "bkfast.cli.main", "autorecovery", "-D",
+                                 f"metadataServiceUri={cluster.metadata_uri}", "-D", "bookieId=autorecovery-test:1"],
+                                stdout=subprocess.PIPE, stderr=log_file, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "autorecovery running as autorecovery-test:1"
+        deadline = time.monotonic() + 30
+        while shell(cluster, "whoisauditor").stdout.strip() != "Auditor: autorecovery-test:1":
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert shell(cluster, "whoisauditor").stdout.strip() == "no auditor elected"
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        proc.stdout.close()
