@@ -45,6 +45,11 @@ class ByteRateLimiter:
     def unlimited(self) -> bool:
         return self.rate <= 0
 
+    def charge(self, n: int) -> None:
+        """Count `n` more bytes (or give back -n) without waiting: the next acquire pays for them."""
+        if not self.unlimited:
+            self.tokens -= n
+
     def acquire(self, n: int) -> defer.Deferred:
         if self.unlimited:
             return defer.succeed(None)
@@ -125,13 +130,16 @@ async def copy_segment(bk, ledger: LedgerId, md: LedgerMetadata, first: int, las
         for entry_id, sources, targets in jobs:
             if failures:
                 return
+            estimate = int(average[0]) * len(targets)
             if limiter is not None:       # before the read: the throttle bounds the reads too
-                await limiter.acquire(int(average[0]) * len(targets))
+                await limiter.acquire(estimate)
             data = await _read_verified(bk, ledger, entry_id, sources, digest)
             if data is None:
                 stats.lost.append(entry_id)
                 continue
             average[0] = average[0] * 0.8 + len(data) * 0.2
+            if limiter is not None:       # the estimate was off by this much: the next acquire settles it
+                limiter.charge(len(data) * len(targets) - estimate)
             try:
                 await defer.gatherResults(
                     [bk.bookie_client.add_entry(t, ledger.ledger_id, entry_id, data, digest.master_key, recovery=True,
