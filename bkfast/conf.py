@@ -271,6 +271,10 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
     Key("underreplicatedLedgerRecoveryGracePeriod", int, 0,
         "Report ledgers under-replicated for longer than this, s; 0 = off", min=0),
     Key("autoRecoveryDaemonEnabled", bool, False, "Run the auto-recovery daemon inside the bookie"),
+    Key("replicationRateByBytes", int, -1, "Re-replication throttle, bytes/s; -1 = unlimited"),
+    Key("lockReleaseOfFailedLedgerGracePeriod", int, 300000,
+        "Longest wait before a worker releases the lock of a ledger it failed to replicate, ms", min=0),
+    Key("storeSystemTimeAsLedgerUnderreplicatedMarkTime", bool, True, "Write ctime into under-replication marks"),
     # Disks
     Key("forceReadOnlyBookie", bool, False, "Start the bookie read-only (adds refused unless recovery)"),
     Key("readOnlyModeEnabled", bool, True, "Turn read-only instead of shutting down when disks fill"),
@@ -820,6 +824,9 @@ class ServerConfiguration(Configuration):
     rw_rereplicate_backoff_ms = _Setting("rwRereplicateBackoffMs")
     underreplicated_ledger_recovery_grace_period_s = _Setting("underreplicatedLedgerRecoveryGracePeriod")
     auto_recovery_daemon_enabled = _Setting("autoRecoveryDaemonEnabled")
+    replication_rate_by_bytes = _Setting("replicationRateByBytes")
+    lock_release_of_failed_ledger_grace_period_ms = _Setting("lockReleaseOfFailedLedgerGracePeriod")
+    store_system_time_as_ledger_underreplicated_mark_time = _Setting("storeSystemTimeAsLedgerUnderreplicatedMarkTime")
     # Disks
     force_read_only_bookie = _Setting("forceReadOnlyBookie")
     read_only_mode_enabled = _Setting("readOnlyModeEnabled")

@@ -3,6 +3,7 @@
 import click
 
 from bkfast import __version__
+from bkfast.cli.autorecovery import autorecovery
 from bkfast.cli.bench import bench
 from bkfast.cli.bookie import bookie
 from bkfast.cli.sandbox import sandbox
@@ -21,6 +22,7 @@ main.add_command(shell)
 main.add_command(bookie)
 main.add_command(sandbox)
 main.add_command(stream)
+main.add_command(autorecovery)
 
 if __name__ == "__main__":
     main()

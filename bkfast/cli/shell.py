@@ -134,9 +134,9 @@ def clusterinfo(target, as_json):
 
 
 def _register() -> None:
-    from . import shell_bookie, shell_ledgers
+    from . import shell_bookie, shell_ledgers, shell_recovery
 
-    for module in (shell_ledgers, shell_bookie):
+    for module in (shell_ledgers, shell_bookie, shell_recovery):
         for command in module.COMMANDS:
             shell.add_command(command)
 

@@ -214,11 +214,14 @@ def read_last_confirmed(handle, fence: bool) -> defer.Deferred:
     return result
 
 
-def recovery_read(handle, entry_id: int) -> defer.Deferred:
+def recovery_read(handle, entry_id: int, ensemble=None) -> defer.Deferred:
     """A fencing, high-priority read of one entry from every bookie of its write set. Fires with the
-    LedgerEntry, or fails with BKNoSuchEntryException once WQ - AQ + 1 bookies say they lack it."""
+    LedgerEntry, or fails with BKNoSuchEntryException once WQ - AQ + 1 bookies say they lack it.
+    `ensemble` (recovery passes the fenced last ensemble) overrides the handle's current metadata, which a
+    recovery's own ensemble change may already point at a new bookie that has none of these entries."""
     md = handle.metadata
-    ensemble = md.ensemble_at(entry_id)
+    if ensemble is None:
+        ensemble = md.ensemble_at(entry_id)
     bookies = [ensemble[i] for i in write_set(entry_id, md.ensemble_size, md.write_quorum_size)]
     needed_missing = md.write_quorum_size - md.ack_quorum_size + 1
     result = defer.Deferred()

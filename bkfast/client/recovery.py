@@ -46,6 +46,10 @@ async def recover_ledger(bk, ledger, versioned: Versioned, password: bytes) -> V
         return await bk.driver.read_ledger_metadata(ledger) if not versioned.metadata.is_closed else versioned
     handle = WriteHandle(bk, ledger, in_recovery, password, recovery=True)
     md = handle.metadata
+    # Entries past the LAC are read from the fenced last ensemble, never from a bookie that this recovery's
+    # own ensemble change (a re-add failing on a dead bookie) put in its place: that one has none of them,
+    # and its "no such entry" would end the recovery early and drop acknowledged entries.
+    read_ensemble = md.last_ensemble[1]
     lac, length = await reads.read_last_confirmed(handle, fence=True)
     lac = max(lac, md.last_ensemble[0] - 1)
     if lac < 0:
@@ -62,7 +66,7 @@ async def recover_ledger(bk, ledger, versioned: Versioned, password: bytes) -> V
         entries = []
         for entry_id in range(next_entry, next_entry + batch):
             try:
-                entries.append(await reads.recovery_read(handle, entry_id))
+                entries.append(await reads.recovery_read(handle, entry_id, read_ensemble))
             except BKNoSuchEntryException:
                 found_end = True
                 break

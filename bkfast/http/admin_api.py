@@ -15,6 +15,7 @@ root resource; the server that owns the site calls it once.
   GET     /api/v1/bookie/sanity             write/read a ledger on this bookie alone
   GET     /api/v1/bookie/cluster_info       bookie counts, auditor, under-replication
   GET|PUT /api/v1/bookie/gc/suspend_compaction, /api/v1/bookie/gc/resume_compaction
+  /api/v1/autorecovery/...                  bkfast.http.autorecovery_api (install_all_admin_apis there)
 
 Unlike Java, a bad or missing parameter is 400 with {"error": message}, a missing ledger 404, a wrong
 method 405 (with Allow), a metadata store or bookie that cannot answer 503; 500 is left for bkfast's own bugs.
@@ -480,7 +481,7 @@ def _child(parent: resource.Resource, name: bytes) -> resource.Resource:
     return existing
 
 
-def install_admin_api(root: resource.Resource, context) -> None:
+def install_admin_api(root: resource.Resource, context, endpoints: dict | None = None) -> None:
     """Add the endpoints of ENDPOINTS under `root`/api/v1/ (existing children such as bookie/state stay).
     Call once per site, before the server listens. Also makes the ledger client share the running reactor."""
     import crochet
@@ -491,7 +492,7 @@ def install_admin_api(root: resource.Resource, context) -> None:
         pass                        # crochet already set up (a process that owns a client reactor thread)
     services = _Services(context)
     v1 = _child(_child(root, b"api"), b"v1")
-    for path, methods in ENDPOINTS.items():
+    for path, methods in (endpoints if endpoints is not None else ENDPOINTS).items():
         node = v1
         *parents, leaf = path.split("/")
         for name in parents:

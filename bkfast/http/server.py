@@ -45,6 +45,7 @@ class AdminContext:
         self.factory = factory
         self.meta = meta
         self.metrics = metrics
+        self.autorecovery = None            # the AutoRecoveryDaemon when autoRecoveryDaemonEnabled
         self.shutting_down = False
 
     def disk_space(self) -> tuple[int, int]:
@@ -181,9 +182,10 @@ class GcDetailsResource(_Leaf):
 
 
 def build_site(ctx: AdminContext, security=None) -> server.Site:
-    """The admin site: the endpoints above, and those of bkfast.http.admin_api (spec §9.2) under /api/v1/;
+    """The admin site: the endpoints above, and those of bkfast.http.admin_api and autorecovery_api (spec §9.2)
+    under /api/v1/;
     with `security` (bkfast.http.security), mutating requests need its token or client certificate."""
-    from bkfast.http.admin_api import install_admin_api
+    from bkfast.http.autorecovery_api import install_all_admin_apis
 
     root = resource.Resource()
     root.putChild(b"heartbeat", HeartbeatResource(ctx))
@@ -199,7 +201,7 @@ def build_site(ctx: AdminContext, security=None) -> server.Site:
     bookie.putChild(b"state", BookieStateResource(ctx))
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
-    install_admin_api(root, ctx)
+    install_all_admin_apis(root, ctx)
     if security is not None:
         from bkfast.http.security import GuardedSite
 

@@ -141,6 +141,7 @@ class BookieService:
         self.http_port = None
         self.admin = None
         self.security = None
+        self.autorecovery = None
         self.exit_code = 0
         self._stop_requested = False
         self._stopped = None
@@ -186,6 +187,8 @@ class BookieService:
             self._sockets.clear()
         if self.meta is not None:
             self._register()
+            if conf.get("autoRecoveryDaemonEnabled"):
+                self._start_autorecovery()
         self.bookie.add_shutdown_listener(lambda reason: reactor.callFromThread(self._fatal, reason))
 
     def _bind(self) -> None:
@@ -261,6 +264,24 @@ class BookieService:
         node.add_state_listener(
             lambda read_only: self.reactor.callFromThread(threads.deferToThread, sync_registration))
         sync_registration()
+
+    def _start_autorecovery(self) -> None:
+        """AutoRecovery (auditor election + replication worker) in this process, copying to this bookie; it
+        starts once the reactor runs and stops before the reactor does."""
+        from twisted.internet import threads
+
+        from bkfast.replication.daemon import AutoRecoveryDaemon
+
+        daemon = AutoRecoveryDaemon(self.conf, self.bookie_id, local_bookie=self.bookie_id)
+        if self.metrics is not None:
+            from bkfast.replication.stats import ReplicationCollector
+
+            self.metrics.registry.register(ReplicationCollector(daemon.stats))
+        if self.admin is not None:
+            self.admin.autorecovery = daemon
+        self.reactor.callWhenRunning(daemon.start)
+        self.reactor.addSystemEventTrigger("before", "shutdown", lambda: threads.deferToThread(daemon.stop))
+        self.autorecovery = daemon
 
     # --- stop -----------------------------------------------------------------------------------------
     def _fatal(self, reason) -> None:

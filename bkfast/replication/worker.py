@@ -1,0 +1,216 @@
+"""The replication worker (Java's ReplicationWorker, spec §7.5): takes marked ledgers and re-replicates them.
+
+Owns one thread. Loop: wait while `disable` exists; list the marks in random order; skip locked ones; take one
+by creating its ephemeral lock; then:
+- metadata gone -> the mark is dropped (apache/bookkeeper#3316);
+- the failed bookies are those of the ledger's segments that are not registered (writable or read-only); none
+  left -> the mark is dropped without copying (the missing bookies are back: apache/bookkeeper#2766);
+- otherwise `rereplicate_ledger` to the local bookie (inside a bookie) or by placement; an OPEN ledger whose
+  last segment holds a failed bookie keeps its lock for `openLedgerRereplicationGracePeriod` ms (the writer
+  may change its ensemble itself), then is fenced and recovered;
+- done -> the mark is deleted at the version read (a newer mark stays); entries no replica holds -> logged
+  once naming the ledger and entries, counted as unrecoverable and the mark dropped, never retried in a loop
+  (apache/bookkeeper#4872); other failures (e.g. no bookie to replace with, apache/bookkeeper#3905) -> the lock
+  is released after `lockReleaseOfFailedLedgerGracePeriod`/32 * 2^n (n-th failure; the full period from the
+  5th) and the worker backs off `rwRereplicateBackoffMs`.
+Copies are throttled by `replicationRateByBytes`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from twisted.internet import defer
+
+from bkfast.errors import BKNoSuchLedgerExistsException
+from bkfast.ids import LedgerId
+
+from .copier import ByteRateLimiter
+from .rereplicate import DELETED, FAILED, LOST, OK, OPEN_LAST_SEGMENT, UNAFFECTED, rereplicate_ledger
+from .zk_urm import UnderReplicationManager
+
+__all__ = ["ReplicationWorker"]
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+
+
+class ReplicationWorker:
+    """See the module docstring. `bk` is an AsyncBookKeeper; `call` runs async work on its reactor and waits."""
+
+    def __init__(self, zk, root: str, urm: UnderReplicationManager, conf, bk, stats, call,
+                 local_bookie: str | None = None):
+        self.zk = zk
+        self.root = root.rstrip("/")
+        self.urm = urm
+        self.conf = conf
+        self.bk = bk
+        self.stats = stats
+        self.call = call
+        self.local_bookie = local_bookie
+        rate = conf.get("replicationRateByBytes")
+        self.limiter = ByteRateLimiter(rate, bk.reactor) if rate and rate > 0 else None
+        self.grace_s = conf.get("openLedgerRereplicationGracePeriod") / 1000.0
+        self.backoff_s = conf.get("rwRereplicateBackoffMs") / 1000.0
+        self.lock_grace_s = conf.get("lockReleaseOfFailedLedgerGracePeriod") / 1000.0
+        self._failures: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reported_lost: set[tuple[int, tuple]] = set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bk-replication-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(60)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    def _available(self) -> set[str]:
+        base = f"{self.root}/available"
+        writable = {c for c in self.zk.get_children(base) if c != "readonly"}
+        try:
+            return writable | set(self.zk.get_children(f"{base}/readonly"))
+        except Exception:
+            return writable
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self.urm.is_enabled(watch=lambda _e: self._wake.set()):
+                    self._sleep(5.0)
+                    continue
+                if not self._take_one():
+                    self._sleep(POLL_S)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.exception("replication worker: unexpected error; backing off")
+                self._sleep(self.backoff_s)
+
+    def _take_one(self) -> bool:
+        marks = self.urm.list_marked()
+        if not marks:
+            return False
+        random.shuffle(marks)
+        locked = self.urm.locked()
+        for ledger_id in marks:
+            if ledger_id in locked or self._stop.is_set():
+                continue
+            if not self.urm.is_enabled():
+                return False
+            if self.urm.try_lock(ledger_id):
+                self.process(ledger_id)
+                return True
+        return False
+
+    def _rereplicate(self, ledger: LedgerId, failed: set[str], fence_open: bool):
+        target = self.local_bookie if self.local_bookie not in failed else None
+        return self.call(lambda: defer.ensureDeferred(rereplicate_ledger(
+            self.bk, ledger, failed, target=target, fence_open=fence_open, limiter=self.limiter)), timeout=3600)
+
+    def process(self, ledger_id: int) -> str:
+        """Handle one locked ledger; returns the outcome's status (the lock is released in every case)."""
+        urm = self.urm
+        info = urm.get_mark(ledger_id)
+        if info is None:
+            urm.release_lock(ledger_id)
+            return DELETED
+        ledger = LedgerId(0, ledger_id)
+        try:
+            md = self.call(self.bk.driver.read_ledger_metadata, ledger, timeout=60).metadata
+        except BKNoSuchLedgerExistsException:
+            log.info("ledger %d was deleted while marked; unmarking it", ledger_id)
+            urm.mark_replicated(ledger_id, info.version)
+            return DELETED
+        failed = md.all_bookies - self._available()
+        if not failed:
+            log.info("ledger %d: every bookie of its ensembles is available (marked missing: %s); mark dropped",
+                     ledger_id, ",".join(info.replicas) or "-")
+            urm.mark_replicated(ledger_id, info.version)
+            self.stats.incr("replicated_ledgers")
+            return UNAFFECTED
+        started = time.monotonic()
+        outcome = self._rereplicate(ledger, failed, fence_open=False)
+        if outcome.status == OPEN_LAST_SEGMENT:
+            log.info("ledger %d is open with failed bookies %s in its last segment: waiting %.1f s for the writer",
+                     ledger_id, sorted(failed), self.grace_s)
+            self._stop.wait(self.grace_s)
+            if self._stop.is_set():
+                urm.release_lock(ledger_id)
+                return FAILED
+            failed = self._current_failed(ledger) or failed
+            outcome = self._rereplicate(ledger, failed, fence_open=True)
+        elapsed = max(time.monotonic() - started, 1e-6)
+        self.stats.incr("entries_copied", outcome.stats.entries)
+        self.stats.incr("bytes_copied", outcome.stats.bytes)
+        if outcome.stats.bytes:
+            self.stats.rate_bytes_per_second = outcome.stats.bytes / elapsed
+        if outcome.status in (OK, UNAFFECTED, DELETED):
+            urm.mark_replicated(ledger_id, info.version)
+            self.stats.incr("replicated_ledgers")
+            log.info("ledger %d re-replicated off %s: %d entries, %d bytes in %.2f s", ledger_id, sorted(failed),
+                     outcome.stats.entries, outcome.stats.bytes, elapsed)
+        elif outcome.status == LOST:
+            key = (ledger_id, tuple(md.ensembles))
+            if key not in self._reported_lost:
+                self._reported_lost.add(key)
+                self.stats.incr("unrecoverable_ledgers")
+                log.error("ledger %d is unrecoverable: no surviving replica holds entries %s (failed bookies %s); "
+                          "it will not be retried", ledger_id, _ranges(outcome.stats.lost), sorted(failed))
+            urm.mark_replicated(ledger_id, info.version)
+        else:
+            self.stats.incr("failed_ledgers")
+            self._release_later(ledger_id, outcome.error)
+            self._sleep(self.backoff_s)
+        if outcome.status != FAILED:
+            self._failures.pop(ledger_id, None)
+        return outcome.status
+
+    def _release_later(self, ledger_id: int, error) -> None:
+        """Java's lock release of a failed ledger: after g/32 * 2^n for the n-th failure (n < 5), then g, so
+        other workers do not retry a ledger that cannot be replicated now in a tight loop."""
+        n = self._failures.get(ledger_id, 0)
+        self._failures[ledger_id] = n + 1
+        delay = self.lock_grace_s / 32 * 2 ** n if n < 5 else self.lock_grace_s
+        log.warning("ledger %d: re-replication failed (%s); its lock is released in %.1f s", ledger_id, error, delay)
+        if delay <= 0:
+            self.urm.release_lock(ledger_id)
+            return
+        timer = threading.Timer(delay, self.urm.release_lock, (ledger_id,))
+        timer.daemon = True
+        timer.start()
+
+    def _current_failed(self, ledger: LedgerId) -> set[str]:
+        try:
+            md = self.call(self.bk.driver.read_ledger_metadata, ledger, timeout=60).metadata
+        except BKNoSuchLedgerExistsException:
+            return set()
+        return md.all_bookies - self._available()
+
+
+def _ranges(ids: list[int]) -> str:
+    """[1,2,3,7] -> '1-3,7'."""
+    out = []
+    for x in sorted(ids):
+        if out and out[-1][1] == x - 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+
