@@ -226,3 +226,19 @@ def test_fuzz_every_endpoint_never_answers_5xx(api, operation):
 
     fuzz()
     assert api.http_bookie.alive()
+
+
+def test_autorecovery_endpoints_are_served_by_the_bookie(api):
+    """The /api/v1/autorecovery/... endpoints on a running bookie's admin port (the cluster has no
+    auditor and nothing under-replicated: Java answers 404 for both)."""
+    assert ok_json(api, "/api/v1/autorecovery/status") == {"enabled": True}
+    assert ok_json(api, "/api/v1/autorecovery/status", method="PUT", enabled="false") == {"enabled": False}
+    assert ok_json(api, "/api/v1/autorecovery/status") == {"enabled": False}
+    assert ok_json(api, "/api/v1/autorecovery/status", method="PUT", enabled="true") == {"enabled": True}
+    assert call(api, "/api/v1/autorecovery/who_is_auditor")[0] == 404
+    assert call(api, "/api/v1/autorecovery/list_under_replicated_ledger")[0] == 404
+    assert "not set yet" in error(api, "/api/v1/autorecovery/lost_bookie_recovery_delay", 400)
+    status, text, _ = call(api, "/api/v1/autorecovery/lost_bookie_recovery_delay", "PUT", {"delay_seconds": 7})
+    assert status == 200, text
+    status, text, _ = call(api, "/api/v1/autorecovery/lost_bookie_recovery_delay")
+    assert status == 200 and text.strip() == "lostBookieRecoveryDelay value: 7"
