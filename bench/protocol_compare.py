@@ -29,7 +29,7 @@ from server_targets import BKFAST, DEFAULT_BOOKIE_CONF, cpu_seconds  # noqa: E40
 from bkfast.cli.local_cluster import LocalBookie  # noqa: E402
 
 
-def start_bookie(data_dir: Path, pythonpath: str | None) -> LocalBookie:
+def start_bookie(data_dir: Path, pythonpath: str | None, extra_conf: dict | None = None) -> LocalBookie:
     """A fresh bookie; `pythonpath`: run it from that checkout instead (its code must come first on the
     bookie's sys.path: `python -m` puts the working directory before PYTHONPATH, so it starts there too)."""
     saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
@@ -37,7 +37,8 @@ def start_bookie(data_dir: Path, pythonpath: str | None) -> LocalBookie:
         os.environ["PYTHONPATH"] = pythonpath
         os.chdir(pythonpath)
     try:
-        return LocalBookie(Path(data_dir).resolve(), 0, extra_conf=DEFAULT_BOOKIE_CONF).start()
+        conf = {**DEFAULT_BOOKIE_CONF, **(extra_conf or {})}
+        return LocalBookie(Path(data_dir).resolve(), 0, extra_conf=conf).start()
     finally:
         if pythonpath:
             os.chdir(cwd)

@@ -3,7 +3,7 @@ measured alone and then with a concurrent catch-up reader that reads a 2 GB ledg
 sequentially, after its entry-log pages were dropped from the page cache.
 
     .venv/bin/python bench/read_isolation.py [--runs 1] [--gb 2] [--seconds 30] [--rate 20000]
-        [--entry-size 16384] [--window 64] [--dir /tmp] [--bookie-pythonpath DIR]
+        [--entry-size 16384] [--window 64] [--dir /tmp] [--journal-dir DIR] [--bookie-pythonpath DIR]
 
 Per run: a fresh `bkfast bookie` (DbLedgerStorage, default caches, journal sync on) in a new dir; the big
 ledger is written with `bkfast bench bookie` (16 KiB entries by default), the bookie is stopped cleanly
@@ -12,7 +12,10 @@ ledger is written with `bkfast bench bookie` (16 KiB entries by default), the bo
 writer alone (`bkfast bench bookie --rate`), drop the cache again, writer + reader (bench/read_load.py,
 `--window` reads in flight, v2). Prints one JSON line per run: the writer's p99 with the reader over
 alone (goal <= 1.5) and the reader's MB/s (goal >= 150) first, then the absolute figures.
-`--bookie-pythonpath` runs the bookie from another checkout (A/B against older code).
+`--bookie-pythonpath` runs the bookie from another checkout (A/B against older code). `--journal-dir`
+puts the journal on another file system (a fresh dir under it per run): on a host with one disk the
+reader's reads slow the journal's fdatasyncs, which is the writer's latency; BookKeeper's answer is a
+journal disk of its own, and this shows what that gives.
 """
 
 from __future__ import annotations
@@ -74,15 +77,20 @@ def writer(port: int, rate: int, seconds: int, first_ledger: int) -> dict:
 
 def one_run(args, base: Path) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix="bkfast-isolation-", dir=base))
+    extra = {}
+    journal_dir = None
+    if args.journal_dir:
+        journal_dir = Path(tempfile.mkdtemp(prefix="bkfast-isolation-journal-", dir=args.journal_dir))
+        extra["journalDirectory"] = str(journal_dir)
     entries = args.gb * (1 << 30) // args.entry_size
-    bookie = start_bookie(data_dir, args.bookie_pythonpath)
+    bookie = start_bookie(data_dir, args.bookie_pythonpath, extra)
     try:
         t0 = time.perf_counter()
         bench(bookie.port, "--throughput-count", str(entries), "--latency-count", "0", "--outstanding", "2000",
               "--size", str(args.entry_size), "--first-ledger-id", str(BIG_LEDGER))
         write_s = time.perf_counter() - t0
         bookie.stop(120)
-        bookie = start_bookie(data_dir, args.bookie_pythonpath)
+        bookie = start_bookie(data_dir, args.bookie_pythonpath, extra)
         how = drop_page_cache(data_dir)
         alone = writer(bookie.port, args.rate, args.seconds, WRITER_LEDGER)
         drop_page_cache(data_dir)
@@ -99,13 +107,16 @@ def one_run(args, base: Path) -> dict:
     finally:
         bookie.stop(120)
         shutil.rmtree(data_dir, ignore_errors=True)
+        if journal_dir is not None:
+            shutil.rmtree(journal_dir, ignore_errors=True)
     mb_s = reader["bytes"] / reader["seconds"] / 1e6
     return {"p99_with_reader_over_alone": round(together["p99_ms"] / alone["p99_ms"], 2),
             "reader_mb_per_s": round(mb_s, 1),
             "reader_entries_per_s": round(reader["entries"] / reader["seconds"]),
             "reader_errors": reader["errors"], "writer_alone": alone, "writer_with_reader": together,
             "big_ledger_gb": args.gb, "entry_size": args.entry_size, "big_ledger_write_s": round(write_s, 1),
-            "cache_drop": how, "loadavg": open("/proc/loadavg").read().split()[0]}
+            "journal_dir": args.journal_dir or "with the ledgers", "cache_drop": how,
+            "loadavg": open("/proc/loadavg").read().split()[0]}
 
 
 def main() -> None:
@@ -117,6 +128,7 @@ def main() -> None:
     ap.add_argument("--entry-size", type=int, default=16384)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--journal-dir", default=None, help="put the journal under this dir (another disk)")
     ap.add_argument("--bookie-pythonpath", default=None)
     args = ap.parse_args()
     for _ in range(args.runs):
