@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--minutes", type=float, required=True, help="total running time")
     parser.add_argument("--seed", type=int, default=None, help="first campaign's seed (default: from the clock)")
     parser.add_argument("--campaign-minutes", type=float, default=5.0, help="length of one campaign")
+    parser.add_argument("--overlap", type=float, default=0.3, help="chance that two faults run at once")
     parser.add_argument("--keep", type=Path, default=None, help="keep every campaign's histories here")
     args = parser.parse_args(argv)
     problem = netns_available()
@@ -50,7 +51,8 @@ def main(argv=None) -> int:
         root = args.keep or Path(tempfile.mkdtemp(prefix="bkfast-faults-"))
         work = root / f"seed-{seed}"
         work.mkdir(parents=True, exist_ok=True)
-        summary, report, _history = run_campaign(seed, seconds, work, prefix=f"bkf{os.getpid() % 10000}")
+        summary, report, _history = run_campaign(seed, seconds, work, prefix=f"bkf{os.getpid() % 10000}",
+                                                 overlap=args.overlap)
         totals["campaigns"] += 1
         totals["seeds"].append(seed)
         for key in ("operations", "acked_checked", "violations", "ledgers", "unrecovered_ledgers"):

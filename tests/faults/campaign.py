@@ -23,8 +23,10 @@ FINAL_TIMEOUT_S = 120.0
 
 
 def run_campaign(seed: int, seconds: float, work_dir: Path, faults: list[str] | None = None,
-                 bookies: int = 5, prefix: str = "bkf", log=None) -> tuple[dict, Report, list[dict]]:
-    """Workload for `seconds` under the nemesis (the given faults in order, or random ones), then check.
+                 bookies: int = 5, prefix: str = "bkf", log=None, overlap: float = 0.0
+                 ) -> tuple[dict, Report, list[dict]]:
+    """Workload for `seconds` under the nemesis (the given faults in order, or random ones, two at once
+    with probability `overlap`), then check.
 
     Returns (summary, report, history)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -44,7 +46,7 @@ def run_campaign(seed: int, seconds: float, work_dir: Path, faults: list[str] | 
         procs.append(cluster.run_client("t1", "tailer", hist["t1"], seconds, seed=seed))
         nemesis = Nemesis(cluster, rng, nemesis_file, {w: hist[w] for w in WRITERS}, hint)
         time.sleep(min(2.0, seconds / 4))              # let the writers get going
-        nemesis.run(started + seconds, faults)
+        nemesis.run(started + seconds, faults, overlap)
         nemesis.heal()
         for proc in procs:                              # each stops by itself once `seconds` are over
             try:

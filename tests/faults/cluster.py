@@ -162,11 +162,19 @@ class FaultCluster:
             self.resume(bookie.pid)
         bookie.kill()
 
-    def restart_bookie(self, name: str) -> None:
+    def restart_bookie(self, name: str, timeout_s: float = 90.0) -> None:
+        """Start the bookie again if it is not running; retried while it cannot start (ZooKeeper down,
+        its old registration not yet expired)."""
         bookie = self.bookies[name]
-        if not bookie.alive():
+        deadline = time.monotonic() + timeout_s
+        while not bookie.alive():
             bookie.kill()
-            bookie.start()
+            try:
+                bookie.start()
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def stop_zk(self) -> None:
         if self.zk.pid is not None:

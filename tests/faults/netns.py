@@ -144,11 +144,15 @@ class Network:
         _nft(ns, rules)
         self._cuts[host].update(peers)
 
+    def uncut(self, host: str) -> None:
+        """Remove the partitions made by `cut(host, ...)`."""
+        if self._cuts.pop(host, None) is not None:
+            _run("ip", "netns", "exec", self.ns(host), "nft", "delete", "table", "inet", "faults", check=False)
+
     def heal(self) -> None:
         """Remove every partition."""
         for host in list(self._cuts):
-            _run("ip", "netns", "exec", self.ns(host), "nft", "delete", "table", "inet", "faults", check=False)
-            del self._cuts[host]
+            self.uncut(host)
 
     @property
     def cuts(self) -> dict[str, set[str]]:
