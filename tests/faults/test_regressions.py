@@ -1,12 +1,17 @@
-"""Bugs the fault campaigns found in bkfast, each pinned by a test on a real cluster (loopback, no faults
-harness needed)."""
+"""Bugs the fault campaigns found in bkfast, each pinned by a test on a real cluster (on loopback, or in
+the harness's namespaces when the bug needs a partition)."""
 
 from __future__ import annotations
+
+import os
+import time
 
 import pytest
 
 from bkfast import BookKeeper
 from tests.client_cluster import Cluster
+from tests.faults.cluster import SESSION_TIMEOUT_MS, ZK_PORT, FaultCluster
+from tests.faults.netns import run_in_netns
 
 pytestmark = pytest.mark.zookeeper
 
@@ -35,3 +40,47 @@ def test_ensemble_change_uses_a_recently_failed_bookie_rather_than_failing_the_w
                 [b"before %d" % i for i in range(20)] + [b"after %d" % i for i in range(20)]
     finally:
         cluster.stop()
+
+
+
+def _children(cluster, path: str) -> list[str]:
+    """ZooKeeper's children of `path`, asked from the checker's host (the test's own thread is outside
+    the cluster's namespaces)."""
+    from kazoo.client import KazooClient
+
+    def ask():
+        client = KazooClient(hosts=f"{cluster.net.hosts['zk']}:{ZK_PORT}", timeout=10.0)
+        client.start(timeout=30)
+        try:
+            return client.get_children(path)
+        finally:
+            client.stop()
+            client.close()
+
+    return run_in_netns(cluster.net.ns("chk"), ask)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_registration_follows_a_read_only_switch_made_while_zookeeper_was_unreachable(tmp_path):
+    """Campaign seed 100 (disk_full during zk_restart): the bookie turned read-only while its ZooKeeper
+    connection was down; moving the registration failed (ConnectionLoss, an unhandled error in the log) and
+    was never tried again, and the session's re-registration re-created the old, writable node. Clients
+    kept choosing a bookie that refused every add."""
+    with FaultCluster(tmp_path, bookies=1, prefix="bkreg") as cluster:
+        bookie_id = cluster.bookies["b1"].bookie_id
+        assert _children(cluster, "/ledgers/available/readonly") == []
+        cluster.net.cut("b1", ["zk"])
+        cluster.fill_disk()                      # the disk checker (every 500 ms) turns the bookie read-only
+        time.sleep(3 * SESSION_TIMEOUT_MS / 1000.0)
+        cluster.net.uncut("b1")
+        deadline = time.monotonic() + 30
+        while _children(cluster, "/ledgers/available/readonly") != [bookie_id]:
+            assert time.monotonic() < deadline, _children(cluster, "/ledgers/available")
+            time.sleep(0.5)
+        assert bookie_id not in _children(cluster, "/ledgers/available")
+        cluster.empty_disk()                     # and back to writable, with ZooKeeper reachable
+        deadline = time.monotonic() + 30
+        while bookie_id not in _children(cluster, "/ledgers/available"):
+            assert time.monotonic() < deadline, _children(cluster, "/ledgers/available")
+            time.sleep(0.5)
+        assert _children(cluster, "/ledgers/available/readonly") == []
