@@ -84,3 +84,39 @@ def test_registration_follows_a_read_only_switch_made_while_zookeeper_was_unreac
             assert time.monotonic() < deadline, _children(cluster, "/ledgers/available")
             time.sleep(0.5)
         assert _children(cluster, "/ledgers/available/readonly") == []
+
+
+def test_failed_recovery_adds_leave_no_unhandled_errors(zookeeper_server, tmp_path):
+    """Campaign seed 101: a recovery whose re-adds could not replace a dead bookie failed as it should
+    (BKLedgerRecoveryException), but every re-add's Deferred was dropped failed, and Twisted logged each as
+    'Unhandled error in Deferred' with a traceback, which reads like a crash of the client."""
+    import gc
+
+    from twisted.logger import globalLogPublisher
+
+    from bkfast.errors import BKLedgerRecoveryException
+
+    unhandled = []
+
+    def observer(event):
+        if "Unhandled error in Deferred" in str(event.get("log_format", "")):
+            unhandled.append(event)
+
+    cluster = Cluster(zookeeper_server, tmp_path, bookies=3)
+    globalLogPublisher.addObserver(observer)
+    try:
+        with BookKeeper(cluster.metadata_uri, timeout=60, addEntryTimeoutSec=5) as writer, \
+                BookKeeper(cluster.metadata_uri, timeout=60, addEntryTimeoutSec=5) as reader:
+            lh = writer.create_ledger(3, 3, 2, digest_type="CRC32C", password=PASSWORD)
+            for i in range(10):
+                lh.add_entry(b"entry %d" % i)       # entry 9 carries LAC 8: recovery re-adds entry 9
+            cluster.by_id(lh.metadata.ensembles[0][1][0]).kill()
+            with pytest.raises(BKLedgerRecoveryException):
+                reader.open_ledger(lh.ledger_id, PASSWORD)
+            gc.collect()
+            time.sleep(0.5)                          # the reactor thread finishes the failed handle
+            gc.collect()
+        assert unhandled == []
+    finally:
+        globalLogPublisher.removeObserver(observer)
+        cluster.stop()
