@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -38,6 +39,8 @@ def main(argv=None) -> int:
     if args.minutes <= 0 or args.campaign_minutes <= 0:
         print("error: --minutes and --campaign-minutes must be positive", file=sys.stderr)
         return 2
+    # SIGTERM unwinds like Ctrl-C, so the running campaign still tears down its namespaces and processes
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
     print(f"fault campaigns: first seed {seed} (rerun with --seed {seed})", file=sys.stderr, flush=True)
     deadline = time.monotonic() + args.minutes * 60
