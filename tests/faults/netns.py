@@ -42,12 +42,19 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def netns_available() -> str | None:
-    """None if this process can build the network (root, `ip` and `nft` present), else why not."""
+    """None if this process can build the network (root, `ip` and `nft` present, a namespace can be
+    made), else why not."""
     if os.geteuid() != 0:
         return "the fault harness needs root (network namespaces)"
     for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
         if shutil.which(tool) is None:
             return f"`{tool}` not found: install Debian's {package} (`make test` runs scripts/install-system-deps.sh)"
+    probe = f"bkprobe-{os.getpid()}"
+    made = _run("ip", "netns", "add", probe, check=False)
+    if made.returncode != 0:
+        return (f"cannot create a network namespace ({made.stderr.strip()}): a container needs CAP_SYS_ADMIN "
+                "and CAP_NET_ADMIN (e.g. docker run --privileged)")
+    _run("ip", "netns", "del", probe, check=False)
     return None
 
 
