@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         root = args.keep or Path(tempfile.mkdtemp(prefix="bkfast-faults-"))
         work = root / f"seed-{seed}"
         work.mkdir(parents=True, exist_ok=True)
-        summary, report, _history = run_campaign(seed, seconds, work, prefix=f"bkf{os.getpid() % 10000}",
+        summary, report, _history = run_campaign(seed, seconds, work, prefix=f"bkf{os.getpid()}",
                                                  overlap=args.overlap)
         totals["campaigns"] += 1
         totals["seeds"].append(seed)

@@ -7,6 +7,7 @@ Everything the campaign starts is torn down before it returns or raises.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -23,7 +24,7 @@ FINAL_TIMEOUT_S = 120.0
 
 
 def run_campaign(seed: int, seconds: float, work_dir: Path, faults: list[str] | None = None,
-                 bookies: int = 5, prefix: str = "bkf", log=None, overlap: float = 0.0
+                 bookies: int = 5, prefix: str | None = None, log=None, overlap: float = 0.0
                  ) -> tuple[dict, Report, list[dict]]:
     """Workload for `seconds` under the nemesis (the given faults in order, or random ones, two at once
     with probability `overlap`), then check.
@@ -35,7 +36,7 @@ def run_campaign(seed: int, seconds: float, work_dir: Path, faults: list[str] | 
     log(f"fault campaign: seed {seed}, {seconds:.0f} s, dir {work_dir}")
     hist = {h: work_dir / f"{h}.jsonl" for h in (*WRITERS, "r1", "t1")}
     nemesis_file, final_file, hint = work_dir / "nemesis.jsonl", work_dir / "final.json", work_dir / "recover.hint"
-    cluster = FaultCluster(work_dir, bookies=bookies, prefix=prefix)
+    cluster = FaultCluster(work_dir, bookies=bookies, prefix=prefix or f"bkf{os.getpid()}")
     nemesis = None
     started = time.monotonic()
     try:

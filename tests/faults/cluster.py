@@ -55,7 +55,7 @@ class _NsBookie(LocalBookie):
 class FaultCluster:
     """ZooKeeper + `bookies` bookies + client processes, in namespaces named `<prefix>-<host>`."""
 
-    def __init__(self, work_dir: Path, bookies: int = 5, prefix: str = "bkf"):
+    def __init__(self, work_dir: Path, bookies: int = 5, prefix: str | None = None):
         self.dir = Path(work_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.net: Network | None = None
@@ -64,7 +64,7 @@ class FaultCluster:
         self.clients: dict[str, subprocess.Popen] = {}
         self.stopped: set[int] = set()           # pids we SIGSTOPped and not yet continued
         self.tmpfs: Path | None = None
-        self.prefix = prefix
+        self.prefix = prefix or f"bkf{os.getpid()}"     # unique per process: runs may overlap on one machine
         self.n_bookies = bookies
 
     # --- start --------------------------------------------------------------------------------------

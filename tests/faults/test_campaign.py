@@ -39,7 +39,7 @@ def test_campaign_with_every_fault_type_finds_no_violation(seed, tmp_path, first
     assert problem is None, problem
     lines = []
     summary, report, history = run_campaign(seed, SECONDS, tmp_path, all_fault_orders(seed),
-                                            prefix=f"bkt{seed % 1000}", log=lines.append)
+                                            prefix=f"bkc{os.getpid()}", log=lines.append)
     print("\n".join(lines))
     assert summary["faults"] == {kind: 1 for kind in FAULTS}, summary
     assert summary["acked_checked"] > 100, summary

@@ -32,7 +32,7 @@ def _connects(net: Network, src: str, address: str, port: int) -> bool:
 
 def test_cut_drops_traffic_between_the_named_hosts_only_and_heal_restores_it():
     assert netns_available() is None, netns_available()
-    with Network("bkh") as net:
+    with Network(f"bkh{os.getpid()}") as net:
         for host in ("a", "b", "c"):
             net.add_host(host)
         listener = run_in_netns(net.ns("b"), lambda: socket.create_server((net.hosts["b"], 0)))
@@ -48,20 +48,20 @@ def test_cut_drops_traffic_between_the_named_hosts_only_and_heal_restores_it():
             listener.close()
         # the machine's own namespace has no address of the harness and cannot reach it
         assert "127.77." not in subprocess.run(["ip", "addr"], capture_output=True, text=True).stdout
-    assert not [n for n in _namespaces() if n.startswith("bkh-")]
+    assert not [n for n in _namespaces() if n.startswith(f"bkh{os.getpid()}-")]
 
 
 def test_a_failing_campaign_leaves_no_namespace_process_or_mount(tmp_path):
     pids = []
     with pytest.raises(RuntimeError, match="campaign failed"):
-        with FaultCluster(tmp_path, bookies=1, prefix="bkd") as cluster:
+        with FaultCluster(tmp_path, bookies=1, prefix=f"bkd{os.getpid()}") as cluster:
             bookie = cluster.bookies["b1"]
             pids += [bookie.pid, cluster.zk.pid]
             cluster.pause(bookie.pid)               # a stopped process, a partition and a full disk
             cluster.net.cut("b1", ["zk"])
             cluster.fill_disk()
             raise RuntimeError("campaign failed")
-    assert not [n for n in _namespaces() if n.startswith("bkd-")]
+    assert not [n for n in _namespaces() if n.startswith(f"bkd{os.getpid()}-")]
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
     with open("/proc/mounts") as mounts:

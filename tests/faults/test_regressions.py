@@ -66,7 +66,7 @@ def test_registration_follows_a_read_only_switch_made_while_zookeeper_was_unreac
     connection was down; moving the registration failed (ConnectionLoss, an unhandled error in the log) and
     was never tried again, and the session's re-registration re-created the old, writable node. Clients
     kept choosing a bookie that refused every add."""
-    with FaultCluster(tmp_path, bookies=1, prefix="bkreg") as cluster:
+    with FaultCluster(tmp_path, bookies=1, prefix=f"bkr{os.getpid()}") as cluster:
         bookie_id = cluster.bookies["b1"].bookie_id
         assert _children(cluster, "/ledgers/available/readonly") == []
         cluster.net.cut("b1", ["zk"])
