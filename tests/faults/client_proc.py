@@ -2,8 +2,8 @@
 
 Roles (``python -m tests.faults.client_proc ROLE URI HISTORY SEED SECONDS [HINT]``):
   * ``init``      creates the cluster's layout in ZooKeeper (``/ledgers``), then exits;
-  * ``writer``    creates ledgers with E/W/A 3/3/2, 3/2/2 or 5/3/2 and appends to them (a few adds in
-                  flight), closes some, moves on after any error;
+  * ``writer``    creates ledgers with E/W/A 3/3/2, 3/2/2 or 5/3/2 and appends to them (1 to 256 adds in
+                  flight, deep pipelines in bursts), closes some, moves on after any error;
   * ``recoverer`` at random moments opens a ledger that is still open with recovery (fencing its writer;
                   a ledger named in the HINT file by the nemesis first), then reads it all;
   * ``tailer``    follows open ledgers without recovery, reading entries as their LAC moves;
@@ -32,7 +32,7 @@ from bkfast.errors import BKError
 
 PASSWORD = b"faults"
 MIXES = ((3, 3, 2), (3, 2, 2), (5, 3, 2))
-DEPTH = 4                    # adds in flight per writer
+DEPTHS = (1, 4, 64, 256)     # adds in flight per ledger: deep pipelines leave many entries past the LAC
 OP_TIMEOUT_S = 20.0          # how long a client waits for one operation before it moves on
 CLIENT_CONF = {"addEntryTimeoutSec": 6, "readEntryTimeoutSec": 6, "throttle": 0}
 
@@ -87,8 +87,9 @@ async def writer(reactor, bk, rec: History, rng: random.Random, until: float) ->
             await sleep(reactor, 0.5)
             continue
         ledger = lh.ledger_id
-        rec("create", phase="ok", ledger=ledger, ewa=ewa)
-        target, failed, outstanding = rng.randint(20, 400), [], []
+        depth = rng.choice(DEPTHS)
+        rec("create", phase="ok", ledger=ledger, ewa=ewa, depth=depth)
+        target, failed, outstanding = rng.randint(20, 400 if depth <= 4 else 2000), [], []
         for seq in range(target):
             if failed or time.monotonic() >= until:
                 break
@@ -108,13 +109,14 @@ async def writer(reactor, bk, rec: History, rng: random.Random, until: float) ->
             d.addCallbacks(ok, fail)
             outstanding.append(d)
             outstanding = [x for x in outstanding if not x.called]
-            while len(outstanding) >= DEPTH and not failed:
+            while len(outstanding) >= depth and not failed:
                 await bounded(reactor, outstanding[0], OP_TIMEOUT_S)
                 if not outstanding[0].called:      # stuck: leave this ledger (its adds may still finish)
                     failed.append(-1)
                     break
                 outstanding = [x for x in outstanding if not x.called]
-            await sleep(reactor, rng.uniform(0.0, 0.01))
+            if depth <= 4 or seq % depth == depth - 1:      # deep pipelines write in bursts
+                await sleep(reactor, rng.uniform(0.0, 0.01 if depth <= 4 else 0.05))
         for d in outstanding:
             await bounded(reactor, d, OP_TIMEOUT_S)
         if failed:

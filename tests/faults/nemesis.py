@@ -6,7 +6,7 @@ Fault types (`FAULTS`):
                            session to expire, and the recoverer is told to recover that writer's ledger
                            (the writer believed dead while it can still reach the bookies);
   * ``pause``              SIGSTOP a bookie, a writer or the recoverer past the ZooKeeper session timeout,
-                           then SIGCONT;
+                           then SIGCONT (a paused writer's ledger is recovered meanwhile);
   * ``kill_bookie``        SIGKILL a bookie, then restart it on the same directories;
   * ``zk_restart``         stop the ZooKeeper server, then start it again on the same data;
   * ``disk_full``          fill the tmpfs ledger dir of the last bookie, then empty it.
@@ -136,7 +136,14 @@ class Nemesis:
             self.record("fault", kind=kind, phase="start", host=host, pid=pid)
             if pid is not None:
                 c.pause(pid)
-                self._sleep(SESSION_S + rng.uniform(1.0, 2.0), until)
+                if host in self.writers:         # a writer that looks dead: have its ledger recovered
+                    self._sleep(SESSION_S / 2, until)
+                    ledger = self._current_ledger(host)
+                    if ledger is not None:
+                        self.hint.write_text(str(ledger))
+                    self._sleep(SESSION_S / 2 + rng.uniform(1.0, 2.0), until)
+                else:
+                    self._sleep(SESSION_S + rng.uniform(1.0, 2.0), until)
                 c.resume(pid)
         elif kind == "kill_bookie":
             self.record("fault", kind=kind, phase="start", host=host)
