@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 BOOKIE_PORT = 3181
 ZK_PORT = 2181
 SESSION_TIMEOUT_MS = 3000      # ZooKeeper's maxSessionTimeout: every session expires after 3 s of silence
-TMPFS_MB = 48
+TMPFS_MB = 256                # big enough that 5 minutes of writes never fill it; the nemesis fills the rest
 
 
 class _NsZooKeeper(ZooKeeperServer):
