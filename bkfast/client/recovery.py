@@ -39,6 +39,10 @@ async def _mark_in_recovery(bk, ledger, versioned: Versioned) -> Versioned | Non
             versioned = await bk.driver.read_ledger_metadata(ledger)
 
 
+def _ignore_outcome(error, entry_id, ctx) -> None:
+    """Completion of one recovery re-add: nothing to do (a failure fails the handle, checked below)."""
+
+
 async def recover_ledger(bk, ledger, versioned: Versioned, password: bytes) -> Versioned:
     """Recover and close `ledger`; returns the CLOSED metadata."""
     in_recovery = await _mark_in_recovery(bk, ledger, versioned)
@@ -77,7 +81,7 @@ async def recover_ledger(bk, ledger, versioned: Versioned, password: bytes) -> V
                     f"{handle.last_add_pushed + 1}")
             handle.length = entry.length - len(entry.data)
             handle.last_add_pushed = entry.entry_id
-            handle._push(entry.entry_id, entry.data)
+            handle._push(entry.entry_id, entry.data, _ignore_outcome)   # a failure shows in handle._error
             recovered += 1
         next_entry += len(entries)
         if found_end:

@@ -49,6 +49,15 @@ ALL_POSITIONS = (1 << 64) - 1
 _V3_ADD_ONLY = pb.Request()        # only its addRequest is ever set (see _make_v3_add)
 
 
+def _replacements(bk, ensemble, failed, scope_id):
+    """New members for the `failed` bookies of `ensemble`: preferably not ones that failed lately, but, as
+    Java's BookieWatcher does with quarantined bookies, those too rather than none at all."""
+    try:
+        return choose_replacements(bk.writable_bookies, ensemble, failed | bk.recently_failed, scope_id)
+    except BKNotEnoughBookiesException:
+        return choose_replacements(bk.writable_bookies, ensemble, failed, scope_id)
+
+
 class WriteHandle(LedgerHandle):
     """A ledger opened for appending (created by this client, or being recovered).
 
@@ -313,8 +322,7 @@ class WriteHandle(LedgerHandle):
                     break
                 new_first = core.lac + 1
                 try:
-                    new_ensemble = choose_replacements(self.bk.writable_bookies, ensemble,
-                                                       failed | self.bk.recently_failed, self.scope_id)
+                    new_ensemble = _replacements(self.bk, ensemble, failed, self.scope_id)
                 except BKNotEnoughBookiesException as exc:
                     log.error("ledger %d: cannot replace failed bookies %s: %s", self.ledger_id, sorted(failed), exc)
                     self._fail_handle(exc)

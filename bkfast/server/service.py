@@ -258,8 +258,18 @@ class BookieService:
                       tls=security is not None and security.tls is not None)
 
         def sync_registration(_read_only=None):
-            # Called from disk-checker, journal, flush or reactor threads; the ZooKeeper move blocks.
-            meta.sync_read_only(node.read_only)
+            # Run in a pool thread (the ZooKeeper move blocks). A move that fails while ZooKeeper is
+            # unreachable (ConnectionLoss, an expired session) is tried again every second until the
+            # registration matches the bookie's state, which may have changed again meanwhile.
+            if self._stop_requested or self._stopped is not None:
+                return
+            wanted = node.read_only
+            try:
+                meta.sync_read_only(wanted)
+            except Exception as exc:
+                log.warning("bookie %s: could not re-register as %s (%r); retrying in 1 s", bid,
+                            "read-only" if wanted else "writable", exc)
+                self.reactor.callFromThread(self.reactor.callLater, 1.0, threads.deferToThread, sync_registration)
 
         node.add_state_listener(
             lambda read_only: self.reactor.callFromThread(threads.deferToThread, sync_registration))

@@ -1,0 +1,186 @@
+"""The history checker: what a fault campaign's clients saw, against what the healed cluster holds.
+
+Input: the merged history (one dict per event, in time order; see client_proc.py for the events) and
+the final state written by the ``final`` client (every ledger recovered, read, and every entry read
+from every bookie of its write set). Checks, per ledger:
+
+  * durability   every acknowledged entry is in the recovered ledger, byte-identical (same SHA-256
+                 prefix), and at least AQ bookies of its write set answer it; no bookie answers other bytes;
+  * persistence  no acknowledged entry lies beyond the closed ledger's last entry;
+  * fencing      no add the writer started after a recovery of its ledger had completed was acknowledged;
+  * agreement    every recovery, the writer's own close and the final check see the same last entry,
+                 and readers of the closed ledger see the same contents;
+  * no vanishing every entry any reader saw is still there, with the same bytes.
+
+A violation names its witnesses (history indexes); `slice_for` gives the shortest stretch of history
+that shows it: the events of that ledger (and the nemesis's) from the first witness to the last.
+Pure functions of data: no I/O, no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+__all__ = ["Violation", "Report", "check", "slice_for", "load_history"]
+
+MAX_SLICE = 40
+
+
+@dataclass
+class Violation:
+    kind: str
+    ledger: int
+    message: str
+    witnesses: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    violations: list[Violation]
+    acked_checked: int
+    ledgers: int
+    operations: int
+
+    def summary(self) -> dict:
+        kinds: dict[str, int] = {}
+        for v in self.violations:
+            kinds[v.kind] = kinds.get(v.kind, 0) + 1
+        return {"operations": self.operations, "ledgers": self.ledgers, "acked_checked": self.acked_checked,
+                "violations": len(self.violations), "violation_kinds": kinds}
+
+
+def load_history(paths) -> list[dict]:
+    """Every event of every history file, in time order."""
+    events = []
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        events.append(json.loads(line))
+                    except json.JSONDecodeError:      # a line cut by SIGKILL: never an acknowledged op
+                        continue
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
+def _is_operation(e: dict) -> bool:
+    return e.get("phase") in ("ok", "fail") or e["op"] == "read" or (e["op"] == "fault" and e["phase"] == "start")
+
+
+def check(history: list[dict], final: dict) -> Report:
+    violations: list[Violation] = []
+    ledgers = {int(k): v for k, v in final.get("ledgers", {}).items()}
+    errors = {int(k): v for k, v in final.get("errors", {}).items()}
+    invokes: dict[tuple[int, int], int] = {}
+    acked: dict[tuple[int, int], int] = {}           # (ledger, entry) -> index of the ack
+    first_recovery: dict[int, int] = {}              # ledger -> index of the first completed recovery
+    lacs: dict[int, list[int]] = {}                  # ledger -> indexes of events that saw it closed
+    reads: list[int] = []
+    writer_of: dict[int, str] = {}
+    for i, e in enumerate(history):
+        op, phase, ledger = e["op"], e.get("phase"), e.get("ledger")
+        if op == "create" and phase == "ok":
+            writer_of[ledger] = e["p"]
+        elif op == "add" and phase == "invoke":
+            invokes[(ledger, e["seq"])] = i
+        elif op == "add" and phase == "ok":
+            key = (ledger, e["entry"])
+            if key in acked and history[acked[key]]["h"] != e["h"]:
+                violations.append(Violation("persistence", ledger, f"entry {e['entry']} acknowledged twice with "
+                                            "different contents", [acked[key], i]))
+            acked.setdefault(key, i)
+            start = first_recovery.get(ledger)
+            if start is not None and invokes.get((ledger, e["seq"]), -1) > start:
+                violations.append(Violation(
+                    "fencing", ledger, f"add of entry {e['entry']} started after the ledger was recovered "
+                    f"(by {history[start]['p']}) and was acknowledged", [start, invokes[(ledger, e["seq"])], i]))
+        elif op == "recover" and phase == "ok":
+            first_recovery.setdefault(ledger, i)
+            lacs.setdefault(ledger, []).append(i)
+        elif op == "close" and phase == "ok":
+            lacs.setdefault(ledger, []).append(i)
+        elif op == "read":
+            reads.append(i)
+
+    acked_checked = 0
+    for (ledger, entry), i in sorted(acked.items()):
+        h = history[i]["h"]
+        md = ledgers.get(ledger)
+        if md is None:
+            why = errors.get(ledger, "the ledger is gone from the metadata")
+            violations.append(Violation("durability", ledger, f"entry {entry} was acknowledged but the ledger could "
+                                        f"not be recovered and read at the end: {why}", [i]))
+            continue
+        acked_checked += 1
+        if entry > md["lac"]:
+            closers = [j for j in lacs.get(ledger, []) if history[j]["lac"] < entry]
+            violations.append(Violation("persistence", ledger, f"entry {entry} was acknowledged but the closed "
+                                        f"ledger ends at entry {md['lac']}", sorted(closers[:1] + [i])))
+            continue
+        if md["entries"][entry] != h:
+            violations.append(Violation("durability", ledger, f"entry {entry}: recovered contents "
+                                        f"{md['entries'][entry]} differ from the acknowledged {h}", [i]))
+        answers = md["replicas"].get(str(entry), md["replicas"].get(entry, {}))
+        holding = [b for b, a in answers.items() if a == h]
+        other = {b: a for b, a in answers.items() if a != h and a != "missing" and not a.startswith("error:")}
+        aq = md["ewa"][2]
+        if len(holding) < aq:
+            violations.append(Violation("durability", ledger, f"entry {entry} is on {len(holding)} bookie(s) of "
+                                        f"its write set, fewer than AQ={aq}: {answers}", [i]))
+        if other:
+            violations.append(Violation("durability", ledger, f"entry {entry}: bookies answer other bytes than "
+                                        f"the acknowledged {h}: {other}", [i]))
+
+    for ledger, seen in lacs.items():
+        md = ledgers.get(ledger)
+        observed = {history[j]["lac"] for j in seen}
+        if md is not None:
+            observed.add(md["lac"])
+        if len(observed) > 1:
+            violations.append(Violation("agreement", ledger, f"readers of the closed ledger disagree on its last "
+                                        f"entry: {sorted(observed)} (final {md and md['lac']})", list(seen)))
+
+    for j in reads:
+        e = history[j]
+        md = ledgers.get(e["ledger"])
+        if md is None:
+            continue
+        for offset, h in enumerate(e["hashes"]):
+            entry = e["first"] + offset
+            have = md["entries"][entry] if entry <= md["lac"] else None
+            if have != h:
+                kind = "agreement" if e.get("closed") else "vanished"
+                violations.append(Violation(kind, e["ledger"], f"{e['p']} read entry {entry} as {h}; the recovered "
+                                            f"ledger has {have or 'nothing'} (last entry {md['lac']})", [j]))
+                break
+    operations = sum(1 for e in history if _is_operation(e))
+    return Report(violations, acked_checked, len(ledgers), operations)
+
+
+def slice_for(history: list[dict], v: Violation) -> list[dict]:
+    """The events of v's ledger and the nemesis from its first witness to its last (at most MAX_SLICE,
+    witnesses and faults kept first)."""
+    if not v.witnesses:
+        return []
+    lo, hi = min(v.witnesses), max(v.witnesses)
+    picked = [i for i in range(lo, hi + 1)
+              if i in v.witnesses or history[i].get("p") == "nemesis" or history[i].get("ledger") == v.ledger]
+    if len(picked) > MAX_SLICE:
+        keep = set(v.witnesses) | {i for i in picked if history[i].get("p") == "nemesis"}
+        rest = [i for i in picked if i not in keep][:max(0, MAX_SLICE - len(keep))]
+        picked = sorted(keep | set(rest))
+    return [dict(history[i], index=i) for i in picked]
+
+
+def format_violation(history: list[dict], v: Violation) -> str:
+    lines = [f"VIOLATION {v.kind} ledger {v.ledger}: {v.message}"]
+    t0 = history[min(v.witnesses)]["t"] if v.witnesses else 0
+    for e in slice_for(history, v):
+        shown = {k: val for k, val in e.items() if k not in ("t", "index", "hashes")}
+        if "hashes" in e:
+            shown["entries"] = f"{e['first']}..{e['first'] + len(e['hashes']) - 1}"
+        lines.append(f"  #{e['index']} +{(e['t'] - t0) / 1e6:.1f}ms {json.dumps(shown, separators=(',', ':'))}")
+    return "\n".join(lines)
