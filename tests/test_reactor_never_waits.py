@@ -135,3 +135,26 @@ def test_client_that_never_reads_answers_cannot_grow_the_bookie_or_slow_others(t
         b.stop()
 
 
+
+
+def test_adds_waiting_for_room_past_the_throttle_time_are_refused_and_later_requests_go_on(tmp_path):
+    """A flush that takes longer than dbStorage_maxThrottleTimeMs: the held adds get ETOOMANYREQUESTS at
+    the deadline (not when room finally comes) and the read behind them on the same connection is answered."""
+    b = BookieProcess(tmp_path, "-D", "dbStorage_writeCacheMaxSizeMb=1", "-D", "testWriteCacheFlushDelayMs=8000",
+                      "-D", "dbStorage_maxThrottleTimeMs=1000").start()
+    try:
+        with b.connect() as c:
+            n = 1200
+            t0 = time.perf_counter()
+            c.send_raw(b"".join(encode_add_request(KEY, 3, e, e - 1, e + 1, b"t" * 1024, CRC) for e in range(n))
+                       + encode_read_request(3, 0))
+            answers = [decode_response(c.recv_body()) for _ in range(n + 1)]
+            elapsed = time.perf_counter() - t0
+        adds = [r for r in answers if r.opcode == 1]
+        reads = [r for r in answers if r.opcode == 2]
+        assert len(reads) == 1 and reads[0].rc == 0
+        assert {r.rc for r in adds} <= {0, 106} and any(r.rc == 106 for r in adds)
+        # Before: the connection waited for the 8 s flush; now the deadline (1 s) answers.
+        assert elapsed < 6.0, elapsed
+    finally:
+        b.stop()

@@ -120,6 +120,9 @@ class BookieServerFactory(protocol.ServerFactory):
                                   flush_all) if threads > 0 else None
         if hasattr(bookie, "set_room_listener"):
             bookie.set_room_listener(lambda: reactor.callFromThread(self.room_available))
+        if hasattr(bookie, "add_state_listener"):
+            # Turning read-only (a full disk) answers held adds at once (EREADONLY), not at the deadline.
+            bookie.add_state_listener(lambda read_only: reactor.callFromThread(self.room_available))
 
     def buildProtocol(self, addr):
         p = BookieServerProtocol(self)
@@ -196,6 +199,7 @@ class BookieServerProtocol(protocol.Protocol):
         self.blocked: set[str] = set()
         self.reading_paused = False
         self.room_deadline: float | None = None
+        self._room_timer = None
         self._backpressure_timer = None
         # Not None while requests are not served normally: not authenticated yet, or switching to TLS.
         self.gate = factory.security.initial_gate() if factory.security is not None else None
@@ -236,6 +240,9 @@ class BookieServerProtocol(protocol.Protocol):
         self.factory._waiting_for_room.discard(self)
         self.held = []
         self._cancel_backpressure_timer()
+        timer, self._room_timer = self._room_timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
         if self.tls_timer is not None or self.gate is not None:
             conn_tls.connection_lost(self, reason)
 
@@ -284,6 +291,11 @@ class BookieServerProtocol(protocol.Protocol):
             self.held = []
             self.out.take()
             self.transport.abortConnection()
+
+    def _room_wait_expired(self) -> None:
+        self._room_timer = None
+        self.factory._waiting_for_room.discard(self)
+        self.unblock(ROOM)
 
     # --- blocking: hold frames, stop reading, go on later ------------------------------------------
     def block(self, reason: str) -> None:
@@ -430,9 +442,17 @@ class BookieServerProtocol(protocol.Protocol):
                     taken = busy_from
                     self.factory.wait_for_room(self)
                     self.block(ROOM)
+                    # Room may never come (a failing flush): at the deadline the held adds are answered
+                    # ETOOMANYREQUESTS and the connection's other requests go on.
+                    if self._room_timer is None or not self._room_timer.active():
+                        self._room_timer = self.factory.reactor.callLater(
+                            self.room_deadline - now, self._room_wait_expired)
             self.respond()
         if taken == frames_in_run:
             self.room_deadline = None
+            timer, self._room_timer = self._room_timer, None
+            if timer is not None and timer.active():
+                timer.cancel()
         if ADDS not in self.blocked and self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
             self.block(ADDS)
         return taken
