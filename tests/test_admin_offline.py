@@ -210,7 +210,10 @@ def test_every_shell_command_has_help_and_the_common_options():
     expected = {"initnewcluster", "metaformat", "nukeexistingcluster", "whatisinstanceid", "listbookies", "bookieinfo",
                 "clusterinfo", "listledgers", "ledgermetadata", "readledger", "deleteledger", "simpletest", "lastmark",
                 "readjournal", "readentrylog", "ledger", "listfilesondisc", "bookieformat", "updatecookie",
-                "bookiesanity", "localconsistencycheck"}
+                "bookiesanity", "localconsistencycheck",
+                # recovery commands (issue 13)
+                "recover", "autorecovery", "listunderreplicated", "whoisauditor", "triggeraudit",
+                "lostbookierecoverydelay", "decommissionbookie"}
     assert set(group.commands) == expected
     for name in sorted(expected):
         r = shell(name, "--help")
