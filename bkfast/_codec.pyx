@@ -856,6 +856,31 @@ def decode_response(frame):
     return r
 
 
+cdef inline Py_ssize_t _v3_ids_size(int status, int64_t ledger_id, int64_t entry_id) noexcept nogil:
+    """Bytes of an inner v3 response's status (1), ledgerId (2) and entryId (3) fields."""
+    return (3 + pw_varint_size(<uint64_t><int64_t>status) + pw_varint_size(<uint64_t>ledger_id)
+            + pw_varint_size(<uint64_t>entry_id))
+
+
+cdef inline Py_ssize_t _put_v3_ids(uint8_t *p, int status, int64_t ledger_id, int64_t entry_id) noexcept nogil:
+    """Write those three fields at p; returns their size."""
+    cdef Py_ssize_t at
+    p[0] = 0x08
+    at = 1 + pw_put_varint(p + 1, <uint64_t><int64_t>status)
+    p[at] = 0x10
+    at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
+    p[at] = 0x18
+    at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+    return at
+
+
+cdef inline Py_ssize_t _put_v3_scope(uint8_t *p, uint64_t scope_id) noexcept nogil:
+    """ledgerScopeId (field 1000, bkfast's extension) at p; returns its size."""
+    p[0] = 0xC0
+    p[1] = 0x3E
+    return 2 + pw_put_varint(p + 2, scope_id)
+
+
 # --- frame builder: many frames in one buffer ---------------------------------------------------------
 cdef class FrameBuilder:
     """Appends complete frames (length prefix included) to one growable buffer.
@@ -1114,23 +1139,16 @@ cdef class FrameBuilder:
                               uint64_t scope_id=0):
         """Append the v3 ADD_ENTRY Response (header with `txn`, status, addResponse with the ids and,
         when not 0, ledgerScopeId)."""
-        cdef Py_ssize_t sub = (1 + pw_varint_size(<uint64_t><int64_t>status)
-                               + 1 + pw_varint_size(<uint64_t>ledger_id) + 1 + pw_varint_size(<uint64_t>entry_id))
+        cdef Py_ssize_t sub = _v3_ids_size(status, ledger_id, entry_id)
         cdef Py_ssize_t at
         cdef uint8_t *p
         if scope_id:
             sub += 2 + pw_varint_size(scope_id)
         at = self._v3_response_start(0, 2, txn, status, 101, sub)   # ADD_ENTRY
         p = self.buf + self.length
-        p[at] = 0x08
-        at += 1 + pw_put_varint(p + at + 1, <uint64_t><int64_t>status)
-        p[at] = 0x10
-        at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
-        p[at] = 0x18
-        at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+        at += _put_v3_ids(p + at, status, ledger_id, entry_id)
         if scope_id:
-            p[at] = 0xC0; p[at + 1] = 0x3E
-            at += 2 + pw_put_varint(p + at + 2, scope_id)
+            at += _put_v3_scope(p + at, scope_id)
         self.length += at
         self.frame_count += 1
 
@@ -1141,8 +1159,7 @@ cdef class FrameBuilder:
         maxLAC and lacUpdateTimestamp when given, ledgerScopeId when not 0."""
         cdef Py_buffer view
         cdef bint has_body = data is not None
-        cdef Py_ssize_t sub = (1 + pw_varint_size(<uint64_t><int64_t>status)
-                               + 1 + pw_varint_size(<uint64_t>ledger_id) + 1 + pw_varint_size(<uint64_t>entry_id))
+        cdef Py_ssize_t sub = _v3_ids_size(status, ledger_id, entry_id)
         cdef Py_ssize_t at, body_len = 0
         cdef uint8_t *p
         if has_body:
@@ -1158,12 +1175,7 @@ cdef class FrameBuilder:
                 sub += 2 + pw_varint_size(scope_id)
             at = self._v3_response_start(0, 1, txn, status, 100, sub)   # READ_ENTRY
             p = self.buf + self.length
-            p[at] = 0x08
-            at += 1 + pw_put_varint(p + at + 1, <uint64_t><int64_t>status)
-            p[at] = 0x10
-            at += 1 + pw_put_varint(p + at + 1, <uint64_t>ledger_id)
-            p[at] = 0x18
-            at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_id)
+            at += _put_v3_ids(p + at, status, ledger_id, entry_id)
             if has_body:
                 p[at] = 0x22
                 at += 1 + pw_put_varint(p + at + 1, <uint64_t>body_len)
@@ -1177,8 +1189,7 @@ cdef class FrameBuilder:
                 p[at] = 0x30
                 at += 1 + pw_put_varint(p + at + 1, <uint64_t>timestamp)
             if scope_id:
-                p[at] = 0xC0; p[at + 1] = 0x3E
-                at += 2 + pw_put_varint(p + at + 2, scope_id)
+                at += _put_v3_scope(p + at, scope_id)
         finally:
             if has_body:
                 PyBuffer_Release(&view)
