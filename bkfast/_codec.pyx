@@ -856,6 +856,18 @@ def decode_response(frame):
     return r
 
 
+cdef inline Py_ssize_t _put_v3_header(uint8_t *p, Py_ssize_t header_len, int operation,
+                                      uint64_t txn) noexcept nogil:
+    """Field 1, the BKPacketHeader (version 3, `operation`, txnId `txn`; `header_len` = 5 + the txn's
+    varint size), at p; returns the bytes written. Requests and responses start the same way."""
+    cdef Py_ssize_t at = 1
+    p[0] = 0x0A
+    at += pw_put_varint(p + at, header_len)
+    p[at] = 0x08; p[at + 1] = 3; p[at + 2] = 0x10; p[at + 3] = <uint8_t>operation; p[at + 4] = 0x18
+    at += 5
+    return at + pw_put_varint(p + at, txn)
+
+
 cdef inline Py_ssize_t _v3_ids_size(int status, int64_t ledger_id, int64_t entry_id) noexcept nogil:
     """Bytes of an inner v3 response's status (1), ledgerId (2) and entryId (3) fields."""
     return (3 + pw_varint_size(<uint64_t><int64_t>status) + pw_varint_size(<uint64_t>ledger_id)
@@ -1069,13 +1081,7 @@ cdef class FrameBuilder:
         self.reserve(4 + total)
         p = self.buf + self.length
         put_u32(p, <uint32_t>total)
-        at = 4
-        p[at] = 0x0A
-        at += 1
-        at += pw_put_varint(p + at, header_len)
-        p[at] = 0x08; p[at + 1] = 3; p[at + 2] = 0x10; p[at + 3] = <uint8_t>operation; p[at + 4] = 0x18
-        at += 5
-        at += pw_put_varint(p + at, txn)
+        at = 4 + _put_v3_header(p + 4, header_len, operation, txn)
         p[at] = 0x10
         at += 1
         at += pw_put_varint(p + at, <uint64_t><int64_t>status)
@@ -1106,13 +1112,7 @@ cdef class FrameBuilder:
             self.reserve(4 + total)
             p = self.buf + self.length
             put_u32(p, <uint32_t>total)
-            at = 4
-            p[at] = 0x0A
-            at += 1
-            at += pw_put_varint(p + at, header_len)
-            p[at] = 0x08; p[at + 1] = 3; p[at + 2] = 0x10; p[at + 3] = 2; p[at + 4] = 0x18   # ADD_ENTRY
-            at += 5
-            at += pw_put_varint(p + at, txn)
+            at = 4 + _put_v3_header(p + 4, header_len, 2, txn)   # ADD_ENTRY
             p[at] = 0xAA; p[at + 1] = 0x06
             at += 2
             at += pw_put_varint(p + at, sub)
