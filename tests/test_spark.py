@@ -129,6 +129,22 @@ def test_analysis_time_errors_are_one_clear_line(spark, cluster, ns):
           "must be binary or string")
 
 
+def test_a_read_schema_naming_some_columns_reads_just_those(spark, cluster, ns):
+    ns.create_stream("narrow")
+    rows = _rows(5000, "narrow")
+    spark.createDataFrame(rows, "key binary, value binary").repartition(2).write.format("bkfast") \
+        .options(**_opts(cluster, "narrow")).mode("append").save()
+    full = spark.read.format("bkfast").options(**_opts(cluster, "narrow")).load()
+    narrow = (spark.read.format("bkfast").schema("position string, value binary")
+              .options(**_opts(cluster, "narrow")).load())
+    assert narrow.columns == ["position", "value"]
+    got = narrow.collect()
+    assert Counter(r.value for r in got) == Counter(v for _, v in rows)
+    assert {(r.position, r.value) for r in got} == {tuple(r) for r in full.select("position", "value").collect()}
+    with pytest.raises(Exception, match="column 'value' is binary, not string"):
+        spark.read.format("bkfast").schema("value string").options(**_opts(cluster, "narrow")).load().collect()
+
+
 def test_a_failing_task_fails_the_job_and_leaves_no_segment_and_no_orphan_ledger(spark, cluster, ns):
     ns.create_stream("failing")
     before = _ledgers(cluster)

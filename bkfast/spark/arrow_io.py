@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from bkfast.streams.batch import DecodedBatch, encode_sections
 
-__all__ = ["entry_arrays", "to_record_batch", "encode_arrow", "SPARK_ARROW_SCHEMA"]
+__all__ = ["entry_arrays", "to_record_batches", "encode_arrow", "SPARK_ARROW_SCHEMA"]
 
 _TS = pa.timestamp("us", tz="UTC")
 SPARK_ARROW_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("stream", pa.string()),
@@ -42,21 +42,46 @@ def entry_arrays(batch: DecodedBatch, first: int, end: int):
     return keys.slice(first, count), values.slice(first, count), ts.slice(first, count), slots
 
 
-def to_record_batch(stream: str, segment: int, parts: list) -> pa.RecordBatch:
-    """One Spark batch from `parts`: a list of (entry id, key, value, ts ms, slot) arrays of one segment."""
-    keys = pa.concat_arrays([p[1] for p in parts])
-    values = pa.concat_arrays([p[2] for p in parts])
-    ts = pa.concat_arrays([p[3] for p in parts])
-    slots = pa.concat_arrays([p[4] for p in parts])
-    n = len(values)
-    entries = pa.concat_arrays([pa.nulls(len(p[2]), pa.int64()).fill_null(p[0]) for p in parts])
-    segs = pa.nulls(n, pa.int64()).fill_null(segment)
-    position = pc.binary_join_element_wise(pc.cast(segs, pa.string()), pc.cast(entries, pa.string()),
-                                           pc.cast(slots, pa.string()), ":")
-    timestamps = pc.multiply(ts, 1000).cast(pa.timestamp("us")).cast(_TS)
-    return pa.RecordBatch.from_arrays(
-        [keys, values, pa.nulls(n, pa.string()).fill_null(stream), segs, entries, slots, position, timestamps],
-        schema=SPARK_ARROW_SCHEMA)
+def to_record_batches(stream: str, segment: int, parts: list, columns=None) -> list[pa.RecordBatch]:
+    """Spark batches of `parts`: a list of (entry id, key, value, ts ms, slot) arrays of one segment,
+    with `columns` (names of SPARK_ARROW_SCHEMA, in the order wanted; None: all). Only those are built.
+
+    The value column is never copied: each entry's values stay the Arrow view over its payload, and the
+    batches are cut at entry boundaries (one per entry). Concatenating them into one big array costs a
+    copy of every value byte (plus first-touch page faults on the new buffer), which profiling showed to
+    be most of a read task's Python time for 1 KiB values. The small per-row columns are built once for
+    all parts and sliced by Arrow."""
+    columns = SPARK_ARROW_SCHEMA.names if columns is None else list(columns)
+    n = sum(len(p[2]) for p in parts)
+    built: dict[str, object] = {}
+
+    def column(name: str):
+        if name in built:
+            return built[name]
+        if name == "key":
+            a = pa.chunked_array([p[1] for p in parts], pa.binary())
+        elif name == "value":
+            a = pa.chunked_array([p[2] for p in parts], pa.binary())
+        elif name == "stream":
+            a = pa.nulls(n, pa.string()).fill_null(stream)
+        elif name == "segment":
+            a = pa.nulls(n, pa.int64()).fill_null(segment)
+        elif name == "entry":
+            a = pa.concat_arrays([pa.nulls(len(p[2]), pa.int64()).fill_null(p[0]) for p in parts])
+        elif name == "slot":
+            a = pa.concat_arrays([p[4] for p in parts])
+        elif name == "position":
+            a = pc.binary_join_element_wise(pc.cast(column("segment"), pa.string()),
+                                            pc.cast(column("entry"), pa.string()),
+                                            pc.cast(column("slot"), pa.string()), ":")
+        else:  # timestamp
+            ts = pa.concat_arrays([p[3] for p in parts])
+            a = pc.multiply(ts, 1000).cast(pa.timestamp("us")).cast(_TS)
+        built[name] = a
+        return a
+
+    schema = pa.schema([SPARK_ARROW_SCHEMA.field(name) for name in columns])
+    return pa.Table.from_arrays([column(name) for name in columns], schema=schema).to_batches()
 
 
 def _binary(col, what: str) -> pa.Array:

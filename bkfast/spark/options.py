@@ -15,10 +15,35 @@ from dataclasses import dataclass, field
 from bkfast.conf import ClientConfiguration
 from bkfast.errors import BkfastSparkError, StreamError
 
-__all__ = ["BkfastSparkError", "SourceOptions", "parse_options"]
+__all__ = ["BkfastSparkError", "COLUMNS", "SourceOptions", "parse_options", "projected_columns"]
 
 SCHEMA = ("key binary, value binary, stream string, segment long, entry long, slot int, position string, "
           "timestamp timestamp")
+
+COLUMNS = ("key", "value", "stream", "segment", "entry", "slot", "position", "timestamp")
+_COLUMN_TYPES = dict(zip(COLUMNS, ("binary", "binary", "string", "long", "long", "integer", "string", "timestamp"),
+                         strict=True))
+
+
+def projected_columns(schema) -> tuple[str, ...]:
+    """The columns a read returns, in order: all of them when `schema` is the source's own, else the
+    user's schema (`spark.read.format("bkfast").schema("value binary")`), which must name only the
+    source's columns with their types. Python data sources get no column pruning from Spark; a narrower
+    schema is how a job reads only what it needs (the columns it leaves out are never built)."""
+    fields = [(f.name, f.dataType.typeName()) for f in schema.fields]
+    names = [name for name, _ in fields]
+    if len(set(names)) != len(names):
+        raise BkfastSparkError(f"bkfast: the read schema names a column twice: {names}")
+    for name, type_name in fields:
+        if name not in _COLUMN_TYPES:
+            raise BkfastSparkError(f"bkfast: the read schema has a column {name!r}, which the source does not have "
+                                   f"(its columns: {', '.join(COLUMNS)})")
+        if type_name != _COLUMN_TYPES[name]:
+            raise BkfastSparkError(f"bkfast: column {name!r} is {_COLUMN_TYPES[name]}, not {type_name}")
+    if not names:
+        raise BkfastSparkError("bkfast: the read schema has no column")
+    return tuple(names)
+
 
 _CLIENT_KEYS = {name.lower(): name for name in ClientConfiguration._BY_NAME}
 

@@ -5,7 +5,9 @@
     df.write.format("bkfast").option("metadataServiceUri", uri).option("stream", "events").mode("append").save()
 
 Schema (the Kafka source's, with a stream position): key binary, value binary, stream string,
-segment long, entry long, slot int, position string, timestamp timestamp.
+segment long, entry long, slot int, position string, timestamp timestamp. A read may name fewer of
+them, in any order: `spark.read.format("bkfast").schema("value binary")` builds only `value` (Python
+data sources get no column pruning from Spark; this is the way to ask for less).
 
 Reads yield Arrow record batches (`arrow_io.py`). Writes: each task writes its rows into its own new
 ledger and returns it; the driver's commit appends every task's segment to the stream in ONE metadata
@@ -29,7 +31,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from bkfast.errors import NoSuchStreamError
 
-from .options import SCHEMA, BkfastSparkError, parse_options
+from .options import COLUMNS, SCHEMA, BkfastSparkError, parse_options, projected_columns
 from .plan import abort_segments, begin_write, commit_segments, end_write, extents, limit_end, plan_partitions, resolve
 from .tasks import namespace, read_partition, write_task
 
@@ -59,6 +61,18 @@ def _check_write_schema(schema) -> None:
                                    f"(cast it, or serialize with to_json)")
 
 
+def _columns(schema):
+    """None for the source's own schema, else the user's column names (checked at analysis)."""
+    columns = projected_columns(schema)
+    return None if columns == COLUMNS else columns
+
+
+def _with_columns(partitions, columns):
+    for p in partitions:
+        p.columns = columns
+    return partitions
+
+
 class BkfastDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -75,7 +89,7 @@ class BkfastDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema):
-        return BatchReader(self.opts)
+        return BatchReader(self.opts, _columns(schema))
 
     def writer(self, schema, overwrite: bool):
         if overwrite:
@@ -85,7 +99,7 @@ class BkfastDataSource(DataSource):
         return BatchWriter(self.opts)
 
     def streamReader(self, schema):
-        return StreamReader(self.opts)
+        return StreamReader(self.opts, _columns(schema))
 
     def streamWriter(self, schema, overwrite: bool):
         _check_write_schema(schema)
@@ -94,8 +108,9 @@ class BkfastDataSource(DataSource):
 
 
 class BatchReader(DataSourceReader):
-    def __init__(self, opts):
+    def __init__(self, opts, columns=None):
         self.opts = opts
+        self.columns = columns
         md = _describe(opts)
         self._ext = extents(opts, md)
         self._md = md
@@ -103,7 +118,7 @@ class BatchReader(DataSourceReader):
         self.end = resolve(opts, md, opts.ending, self._ext)
 
     def partitions(self):
-        return plan_partitions(self.opts, self._md, self.start, self.end, self._ext) or []
+        return _with_columns(plan_partitions(self.opts, self._md, self.start, self.end, self._ext) or [], self.columns)
 
     def read(self, partition):
         return read_partition(self.opts, partition)
@@ -149,8 +164,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are {"position": "segment:entry:slot"} (the next record to read)."""
 
-    def __init__(self, opts):
+    def __init__(self, opts, columns=None):
         self.opts = opts
+        self.columns = columns
         _describe(opts)
         self._available_now_end = None
 
@@ -197,7 +213,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from bkfast.streams.position import DLSN
 
         md, ext = self._state()
-        return plan_partitions(self.opts, md, DLSN.parse(start["position"]), DLSN.parse(end["position"]), ext)
+        return _with_columns(plan_partitions(self.opts, md, DLSN.parse(start["position"]),
+                                             DLSN.parse(end["position"]), ext), self.columns)
 
     def read(self, partition):
         return read_partition(self.opts, partition)

@@ -10,6 +10,7 @@ commit appends it to the stream, the driver's abort deletes it.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -39,6 +40,10 @@ def client(opts):
         bk = _clients.get(key)
         if bk is None:
             bk = _clients[key] = BookKeeper(opts.metadata_uri, timeout=120, **opts.client_conf)
+            # A reused Python worker runs gc.collect() after every task (pyspark.daemon); with the client's
+            # modules loaded, each full collection walked all their objects (about 0.1 s per task,
+            # profiled). They live as long as the process: move them out of the collector's reach.
+            gc.freeze()
         return bk
 
 
@@ -52,6 +57,8 @@ class SegmentRange(InputPartition):
     """Entries [first_entry, last_entry] of one segment; records before `first_slot` in the first entry
     and from `end_slot` on in the last entry (-1: none) are not part of it."""
 
+    columns = None      # the read schema's column names when it is narrower than the source's (see source.py)
+
     def __init__(self, stream, seq, ledger, scope, first_entry, last_entry, first_slot=0, end_slot=-1):
         super().__init__((stream, seq, first_entry))
         self.stream, self.seq, self.ledger, self.scope = stream, seq, ledger, scope
@@ -62,20 +69,37 @@ class SegmentRange(InputPartition):
         return f"SegmentRange({self.stream} seg {self.seq} entries {self.first_entry}..{self.last_entry})"
 
 
+def _read_range(lh, first: int, last: int):
+    """Start reading entries [first, last] in the reactor thread; .wait() gives them."""
+    from bkfast.reactor import submit
+
+    handle = lh.async_handle
+    if last <= lh.last_add_confirmed:
+        return submit(handle.read_entries, first, last)
+    return submit(handle.read_unconfirmed_entries, first, last)  # planned from a LAC this handle has not seen
+
+
 def read_partition(opts, p: SegmentRange):
-    """Yield pyarrow RecordBatches of the partition's records, in order."""
-    from .arrow_io import entry_arrays, to_record_batch
+    """Yield pyarrow RecordBatches of the partition's records, in order.
+
+    The next range of entries is read while this one is turned into Arrow arrays: the bookies' answers
+    arrive in the reactor thread meanwhile, so the worker never waits for the network between ranges."""
+    from .arrow_io import entry_arrays, to_record_batches
 
     bk = client(opts)
     lh = bk.open_ledger(p.ledger, opts.password, recovery=False, scope_id=p.scope)
     parts, rows = [], 0
     first = p.first_entry
-    while first <= p.last_entry:
-        last = min(p.last_entry, first + _ENTRIES_PER_READ - 1)
-        if last <= lh.last_add_confirmed:
-            entries = lh.read_entries(first, last)
-        else:                                    # planned from a LAC this handle has not seen yet
-            entries = lh.read_unconfirmed_entries(first, last)
+    last = min(p.last_entry, first + _ENTRIES_PER_READ - 1)
+    in_flight = _read_range(lh, first, last) if first <= p.last_entry else None
+    while in_flight is not None:
+        entries = in_flight.wait(120)
+        first = last + 1
+        if first <= p.last_entry:
+            last = min(p.last_entry, first + _ENTRIES_PER_READ - 1)
+            in_flight = _read_range(lh, first, last)
+        else:
+            in_flight = None
         for e in entries:
             batch = DecodedBatch(e.data)
             lo = p.first_slot if e.entry_id == p.first_entry else 0
@@ -86,11 +110,10 @@ def read_partition(opts, p: SegmentRange):
             parts.append((e.entry_id, *entry_arrays(batch, lo, hi)))
             rows += hi - lo
             if rows >= _ROWS_PER_BATCH:
-                yield to_record_batch(p.stream, p.seq, parts)
+                yield from to_record_batches(p.stream, p.seq, parts, p.columns)
                 parts, rows = [], 0
-        first = last + 1
     if parts:
-        yield to_record_batch(p.stream, p.seq, parts)
+        yield from to_record_batches(p.stream, p.seq, parts, p.columns)
 
 
 @dataclass
