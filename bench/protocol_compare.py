@@ -49,7 +49,7 @@ def start_bookie(data_dir: Path, pythonpath: str | None, extra_conf: dict | None
 
 
 def bench_adds(port: int, protocol: str, count: int, first_ledger: int) -> dict:
-    out = subprocess.run([BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", "--protocol", protocol,
+    out = subprocess.run([*BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", "--protocol", protocol,
                           "--throughput-count", str(count), "--outstanding", "10000", "--size", "1024",
                           "--latency-count", "0", "--first-ledger-id", str(first_ledger)],
                          capture_output=True, text=True, timeout=900)

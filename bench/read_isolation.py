@@ -61,7 +61,7 @@ def drop_page_cache(data_dir: Path) -> str:
 
 
 def bench(port: int, *args: str) -> dict:
-    out = subprocess.run([BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", *args],
+    out = subprocess.run([*BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--json", *args],
                          capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"bench failed: {out.stderr[-2000:]}")
