@@ -89,3 +89,34 @@ def test_bookie_refuses_to_start_when_its_dirs_do_not_match_the_cookie(zookeeper
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert cmd_proc.returncode != 0
     assert "ledgerDirs" in cmd_proc.stderr or "cookie" in cmd_proc.stderr.lower(), cmd_proc.stderr[-2000:]
+
+
+def test_a_bookie_whose_zookeeper_is_gone_still_stops_promptly(tmp_path):
+    """Found running benchmarks: with ZooKeeper stopped first, SIGTERM left the bookie waiting forever in
+    unregister (kazoo's blocking get waits for a reconnection)."""
+    from tests.zk_server import ZooKeeperServer
+
+    server = ZooKeeperServer()
+    server.start()
+    proc = None
+    try:
+        root = "/ledgers"
+        result = CliRunner().invoke(main, ["shell", "initnewcluster", "--zk-connect", server.connect_string,
+                                           "--root", root])
+        assert result.exit_code == 0, result.output
+        proc = start_bookie(server.connect_string, root, tmp_path)
+        wait_listening(proc)
+        server.stop()
+        time.sleep(1.0)                       # the bookie's client notices the lost connection
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the bookie did not exit within 20 s of SIGTERM with ZooKeeper gone")
+        assert code == 0, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() - started < 20
+    finally:
+        if proc is not None:
+            stop(proc)
+        server.stop()

@@ -27,6 +27,7 @@ __all__ = ["bookie_id", "bookie_service_info", "BookieRegistration", "BookieIdIn
 log = logging.getLogger(__name__)
 
 SCOPE_IDS_PROPERTY = "bkfast.scopeIds"
+UNREGISTER_TIMEOUT_S = 5.0  # each ZooKeeper call of unregister() at shutdown
 
 
 def bookie_id(conf) -> str:
@@ -164,10 +165,16 @@ class BookieRegistration:
             time.sleep(min(self.retry_interval, max(0.0, deadline - time.monotonic())))
 
     def _delete_own(self, path: str) -> None:
+        # Bounded waits: with ZooKeeper unreachable, kazoo's blocking get() waits for a reconnection
+        # forever, and a bookie stopped then never exited. The node is ephemeral: when the session
+        # ends (closed, or expired on the server) ZooKeeper removes it anyway.
+        if not self.zk.connected:
+            log.warning("not connected to ZooKeeper: leaving %s to the end of this session", path)
+            return
         try:
-            _, stat = self.zk.get(path)
+            _, stat = self.zk.get_async(path).get(timeout=UNREGISTER_TIMEOUT_S)
             if stat.ephemeralOwner == self._session_id():
-                self.zk.delete(path, version=stat.version)
+                self.zk.delete_async(path, version=stat.version).get(timeout=UNREGISTER_TIMEOUT_S)
         except NoNodeError:
             pass
         except Exception as e:                     # connection trouble: the session's end removes it anyway
