@@ -163,6 +163,32 @@ def test_a_miss_reads_ahead_the_following_entries_of_the_ledger_into_the_read_ca
     s.close()
 
 
+def test_a_sequential_reader_continues_where_the_last_run_ended_without_index_lookups(tmp_path):
+    s = open_storage(tmp_path, dbStorage_readAheadCacheBatchSize=10)
+    for lid in (5, 6):
+        for i in range(100):
+            s.add_entry(entry(lid, i))
+    s.close()
+    s = open_storage(tmp_path, dbStorage_readAheadCacheBatchSize=10)
+    d = s.directories[0]
+    index_lookups = []
+    lookup = d._locations.get
+    d._locations.get = lambda *key: index_lookups.append(key) or lookup(*key)
+    assert [s.get_entry(5, i) for i in range(100)] == [entry(5, i) for i in range(100)]
+    # One index lookup for the first miss; every later miss (entries 11, 22, ...) is read where the
+    # previous run ended. The last run stops at ledger 6: no continuation is kept past it.
+    assert index_lookups == [(0, 5, 0)]
+    assert d.continuation_reads == 9
+    assert 5 not in d._run_continuations
+    # A continuation whose location holds something else (a rolled or compacted log) falls back to the
+    # index: the entry read is always the one asked for.
+    d._run_continuations[6] = (50, 0)                   # an offset that holds no entry of ledger 6
+    assert s.get_entry(6, 50) == entry(6, 50)
+    s.delete_ledger(6)
+    assert 6 not in d._run_continuations
+    s.close()
+
+
 def test_read_cache_can_be_disabled(tmp_path):
     s = open_storage(tmp_path, dbStorage_readAheadCacheMaxSizeMb=0)
     for i in range(20):
