@@ -103,6 +103,18 @@ cdef class LogScanner:
         return out
 
 
+cdef enum:
+    RUN_COPY_MAX = 128  # entries copied per GIL release in parse_run
+
+
+cdef inline void _copy_run(const uint8_t *p, Py_ssize_t *src_offsets, Py_ssize_t *sizes, char **dsts,
+                           Py_ssize_t count) noexcept:
+    cdef Py_ssize_t j
+    with nogil:
+        for j in range(count):
+            memcpy(dsts[j], p + src_offsets[j], sizes[j])
+
+
 def parse_run(data, int64_t base, int64_t location_base, uint64_t want_scope, int64_t want_ledger,
               Py_ssize_t max_count):
     """Consecutive entries of one ledger at the start of `data` (file bytes from offset `base`, which
@@ -114,11 +126,18 @@ def parse_run(data, int64_t base, int64_t location_base, uint64_t want_scope, in
     """
     cdef Py_buffer view
     cdef const uint8_t *p
-    cdef Py_ssize_t n, i = 0, taken = 0
+    cdef Py_ssize_t n, i = 0, taken = 0, k
     cdef int32_t size
     cdef uint64_t scope = 0
     cdef int64_t ledger = 0, entry = 0
     cdef list out = []
+    cdef bytes copy
+    # The copies are made with the GIL released: a run is up to a few MiB copied into fresh memory
+    # (page faults included), and holding the GIL for it stalled the reactor and the journal thread
+    # behind every read-ahead of a catch-up reader (profiled with py-spy --gil).
+    cdef Py_ssize_t[RUN_COPY_MAX] src_offsets
+    cdef Py_ssize_t[RUN_COPY_MAX] sizes
+    cdef char *dsts[RUN_COPY_MAX]
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         p = <const uint8_t*>view.buf
@@ -133,10 +152,18 @@ def parse_run(data, int64_t base, int64_t location_base, uint64_t want_scope, in
                 break
             if scope != want_scope or ledger != want_ledger:
                 break
-            out.append((entry, location_base | (base + i + SIZE_LEN),
-                        PyBytes_FromStringAndSize(<const char*>(p + i + SIZE_LEN), size)))
+            copy = PyBytes_FromStringAndSize(NULL, size)
+            k = taken % RUN_COPY_MAX
+            src_offsets[k] = i + SIZE_LEN
+            sizes[k] = size
+            dsts[k] = PyBytes_AS_STRING(copy)
+            out.append((entry, location_base | (base + i + SIZE_LEN), copy))
             taken += 1
             i += SIZE_LEN + size
+            if k == RUN_COPY_MAX - 1:
+                _copy_run(p, src_offsets, sizes, dsts, RUN_COPY_MAX)
+        if taken % RUN_COPY_MAX:
+            _copy_run(p, src_offsets, sizes, dsts, taken % RUN_COPY_MAX)
     finally:
         PyBuffer_Release(&view)
     return out, base + i
