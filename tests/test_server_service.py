@@ -62,3 +62,19 @@ def test_service_hands_its_metrics_to_bookie_journal_and_http_and_stops_as_a_who
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still accepts after stop()"
     assert not service.bookie.started
     assert reactor.running, "stop() must leave the reactor to its owner"
+
+
+def test_a_serving_bookie_freezes_its_start_up_objects_and_collects_gen0_at_50000():
+    import gc
+
+    from bkfast.server.service import GC_THRESHOLDS, tune_gc_for_serving
+
+    before = gc.get_threshold()
+    try:
+        tune_gc_for_serving()
+        assert gc.get_freeze_count() > 1000
+        assert gc.get_threshold() == GC_THRESHOLDS == (50000, 50, 100)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
