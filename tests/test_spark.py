@@ -293,3 +293,30 @@ def test_streaming_sink_replays_a_batch_without_duplicating_it(spark, cluster, n
     assert sorted(r.value for r in back) == sorted(f"s{i}".encode() for i in range(5000))
     assert {r.key for r in back} == {b"k"}
     assert _ledgers(cluster) - before == _stream_ledgers(ns, "sink-dst")   # the replay's ledgers were deleted
+
+
+def test_truncate_on_commit_deletes_consumed_segments_and_nothing_after(spark, cluster, ns, tmp_path):
+    ns.create_stream("trunc")
+    values = [f"t{i}".encode() for i in range(3500)]
+    w = ns.open_writer("trunc", max_batch_records=100, max_segment_records=1000, linger_ms=1)
+    w.write_many(values)                        # three sealed segments of 1,000 and an open one
+    sealed = [s.ledger for s in ns.describe("trunc").segments][:3]
+    out, cp = str(tmp_path / "out"), str(tmp_path / "cp")
+    src = spark.readStream.format("bkfast").options(
+        **_opts(cluster, "trunc", truncateOnCommit="true", maxRecordsPerTrigger="1000")).load()
+    q = (src.select("value").writeStream.format("parquet").option("path", out).option("checkpointLocation", cp)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert sorted(r.value for r in spark.read.parquet(out).collect()) == sorted(values)
+    md = ns.describe("trunc")
+    left = [s.ledger for s in md.segments]
+    gone = [ledger for ledger in sealed if ledger not in left]
+    assert gone == sealed[:len(gone)] and len(gone) >= 2, (sealed, left)   # consumed, oldest first
+    assert not set(gone) & _ledgers(cluster)                               # their ledgers deleted
+    w.write_many([b"after"])                    # the stream goes on after the cut
+    w.close()
+    rest = spark.read.format("bkfast").options(**_opts(cluster, "trunc")).load().select("segment", "entry", "slot",
+                                                                                      "value").collect()
+    kept = [r.value for r in sorted(rest, key=lambda r: (r.segment, r.entry, r.slot))]
+    cut = len(values) + 1 - len(kept)
+    assert cut >= 1000 * len(gone) and kept == values[cut:] + [b"after"]    # a suffix: nothing after the cut lost
