@@ -1,8 +1,9 @@
 """The bookie's journal: BookKeeper's Journal + JournalChannel (spec bookkeeper-formats.md §4.2-4.3).
 
-Owns: the journal files `<journalDir>/current/<hex id>.txn` (naming, header, rolling, garbage collection),
-group commit on one dedicated journal thread, the meta records (master key, fence, explicit LAC; scoped
-forms per scope-ids.md), reading journals back (scan, replay) and the `lastMark` files.
+Owns: writing the journal files `<journalDir>/current/<hex id>.txn` (header, rolling, garbage
+collection) with group commit on one dedicated journal thread. Their format, the meta records and
+reading them back (scan, replay) are in bkfast.bookie.journal_files, the `lastMark` files in
+bkfast.bookie.logmark; the names readers use are re-exported here.
 
 Must never: import Twisted or touch sockets (completions leave through `completion_sink`, which the
 bookie turns into one reactor.callFromThread per batch), acknowledge a record before it is durable
@@ -39,7 +40,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from bkfast import _journal
 from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts live with the hot path)
@@ -53,32 +54,34 @@ from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts li
     RecordKind,
     parse_record,
 )
+from bkfast.bookie.journal_files import (  # noqa: F401  (re-exported: readers of journals import them here)
+    CURRENT_DIR,
+    CURRENT_JOURNAL_FORMAT_VERSION,
+    DEFAULT_MAX_RECORD_SIZE,
+    HEADER_SIZE,
+    MAGIC,
+    V5,
+    explicit_lac_record,
+    fence_record,
+    journal_path,
+    list_journal_ids,
+    master_key_record,
+    replay,
+    scan_journal,
+)
 from bkfast.bookie.logmark import LogMark, fsync_dir, read_last_mark, write_last_mark  # noqa: F401
-from bkfast.errors import BKBookieIOException, BKTooManyRequestsException, JournalCorruptionError, ReplayInterrupted
-from bkfast.ids import validate_ledger_id, validate_scope_id
+from bkfast.errors import BKBookieIOException, BKTooManyRequestsException
 
 log = logging.getLogger(__name__)
 
-CURRENT_DIR = "current"
-MAGIC = b"BKLG"
-V1, V2, V3, V4, V5, V6 = 1, 2, 3, 4, 5, 6
-CURRENT_JOURNAL_FORMAT_VERSION = V6
-HEADER_SIZE = 512          # V5+: magic, version, zeros up to one sector
-VERSION_HEADER_SIZE = 8    # V2-V4: magic, version
-
-DEFAULT_MAX_RECORD_SIZE = 5 * 1024 * 1024   # nettyMaxFrameSizeBytes' default: no entry is bigger
 SLOW_SYNC_LOG_S = 0.005   # journal batches slower than this are logged at DEBUG (tail-latency diagnosis)
 CACHE_DROP_LAG_BYTES = 8 * 1024 * 1024      # JournalChannel keeps this much behind the sync in cache
 JOURNAL_TIMER_SLACK_NS = 1000   # the group wait is a latency the user configured: do not let it stretch
-_READ_CHUNK = 4 * 1024 * 1024
+_INT = struct.Struct(">i")
 _MiB = 1024 * 1024
 
-_CLASSIC_IDS = struct.Struct(">qq")
-_SCOPED_IDS = struct.Struct(">BQqq")
-_INT = struct.Struct(">i")
 
-
-# --- meta records (parse_record is in bkfast._journal: it runs once per record on replay) ----------------
+# --- O_DIRECT --------------------------------------------------------------------------------------------
 
 
 def _enable_direct(fd: int, writer, journal_dir: str, header: bytes) -> bool:
@@ -106,164 +109,6 @@ def _enable_direct(fd: int, writer, journal_dir: str, header: bytes) -> bool:
         log.info("journal %s: the file system refuses O_DIRECT writes of %d bytes (%s); writing through "
                  "the page cache", journal_dir, writer.alignment, err)
         return False
-
-
-def _meta_prefix(ledger_id: int, meta_entry_id: int, scope_id: int) -> bytes:
-    validate_ledger_id(ledger_id)
-    if validate_scope_id(scope_id):
-        return _SCOPED_IDS.pack(SCOPED_META_FLAGS, scope_id, ledger_id, meta_entry_id)
-    return _CLASSIC_IDS.pack(ledger_id, meta_entry_id)
-
-
-def master_key_record(ledger_id: int, master_key: bytes, scope_id: int = 0) -> bytes:
-    """`long ledgerId | long -4096 | int keyLen | key` (scoped: 0x80 | scope | ledger | -4096 | ...)."""
-    key = bytes(master_key)
-    return _meta_prefix(ledger_id, METAENTRY_ID_LEDGER_KEY, scope_id) + _INT.pack(len(key)) + key
-
-
-def fence_record(ledger_id: int, scope_id: int = 0) -> bytes:
-    """`long ledgerId | long -8192` (scoped: 0x80 | scope | ledger | -8192)."""
-    return _meta_prefix(ledger_id, METAENTRY_ID_FENCE_KEY, scope_id)
-
-
-def explicit_lac_record(ledger_id: int, lac_buffer: bytes, scope_id: int = 0) -> bytes:
-    """`long ledgerId | long -32768 | int len | LAC buffer` (scoped: 0x80 | scope | ledger | -32768 | ...)."""
-    lac = bytes(lac_buffer)
-    return _meta_prefix(ledger_id, METAENTRY_ID_LEDGER_EXPLICITLAC, scope_id) + _INT.pack(len(lac)) + lac
-
-
-# --- files ------------------------------------------------------------------------------------------
-
-
-def journal_path(journal_dir, journal_id: int) -> str:
-    """`<journal_dir>/current/<lower-case hex id>.txn` (Long.toHexString, no padding)."""
-    return os.path.join(os.fspath(journal_dir), CURRENT_DIR, f"{journal_id:x}.txn")
-
-
-def list_journal_ids(journal_dir) -> list[int]:
-    """Sorted ids of the `.txn` files in `<journal_dir>/current/` ([] if the directory is missing)."""
-    try:
-        names = os.listdir(os.path.join(os.fspath(journal_dir), CURRENT_DIR))
-    except FileNotFoundError:
-        return []
-    ids = []
-    for name in names:
-        stem, _, ext = name.partition(".")
-        try:
-            if ext == "txn":
-                ids.append(int(stem, 16))
-        except ValueError:
-            log.warning("ignoring journal file with a non-hex name: %s", name)
-    return sorted(ids)
-
-
-def _read_header(fd: int, path: str) -> tuple[int, int]:
-    """(format version, offset of the first record). No magic = V1 from offset 0, as JournalChannel."""
-    head = os.pread(fd, VERSION_HEADER_SIZE, 0)
-    if head[:4] != MAGIC:
-        return V1, 0
-    if len(head) < VERSION_HEADER_SIZE:
-        return V2, VERSION_HEADER_SIZE      # torn inside the header: nothing to read
-    (version,) = _INT.unpack_from(head, 4)
-    if not V2 <= version <= CURRENT_JOURNAL_FORMAT_VERSION:
-        raise JournalCorruptionError(f"journal {path}: unknown format version {version}", path, 4)
-    return version, HEADER_SIZE if version >= V5 else VERSION_HEADER_SIZE
-
-
-def _has_data_after(fd: int, offset: int, size: int) -> bool:
-    while offset < size:
-        chunk = os.pread(fd, min(_READ_CHUNK, size - offset), offset)
-        if not chunk:
-            return False
-        if _journal.find_nonzero(chunk) >= 0:
-            return True
-        offset += len(chunk)
-    return False
-
-
-def scan_journal(journal_dir, journal_id: int, start_offset: int = 0, skip_invalid: bool = False,
-                 max_record_size: int = DEFAULT_MAX_RECORD_SIZE) -> Iterator[tuple[int, bytes]]:
-    """Yield (offset just past the record, record bytes) for each record of one journal file.
-
-    Starts at `start_offset`, or after the header when it is <= 0. Padding records are skipped. The scan
-    ends cleanly at a zero length (the pre-allocated tail), at a length field or record cut by the end
-    of the file (a torn tail), and at a bad length followed only by zeros. A bad length (negative and not
-    padding, or above `max_record_size`) with any non-zero byte after it is corruption: it raises
-    JournalCorruptionError naming the file and offset, or with `skip_invalid` (skipInvalidJournalRecord)
-    logs a warning and skips the rest of this file, as Java does.
-    """
-    path = journal_path(journal_dir, journal_id)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = os.fstat(fd).st_size
-        try:
-            version, header_end = _read_header(fd, path)
-        except JournalCorruptionError as err:
-            if not skip_invalid:
-                raise
-            log.warning("%s; skipping this journal file (skipInvalidJournalRecord)", err)
-            return
-        pos = start_offset if start_offset > 0 else header_end
-        want = _READ_CHUNK
-        while pos < size:
-            chunk = os.pread(fd, want, pos)
-            records, ends, stop, status, value = _journal.scan_records(
-                chunk, 0, version >= V5, max_record_size)
-            for end, record in zip(ends, records, strict=True):
-                yield pos + end, record
-            if status == _journal.SCAN_END:
-                return
-            if status == _journal.SCAN_INVALID:
-                bad = pos + stop
-                length_fields = 8 if chunk[stop:stop + 4] == _INT.pack(PADDING_MASK) else 4
-                if not _has_data_after(fd, bad + length_fields, size):
-                    return      # garbage only at the very end: nothing is lost by stopping here
-                msg = (f"journal {path}: invalid record length {value} at offset {bad} "
-                       f"(format V{version}) with data after it")
-                if skip_invalid:
-                    log.warning("%s; skipping the rest of this journal file (skipInvalidJournalRecord)", msg)
-                    return
-                raise JournalCorruptionError(msg, path, bad)
-            if len(chunk) < want or pos + len(chunk) >= size:
-                return          # the file ends inside this record: a torn tail
-            pos += stop
-            want = max(_READ_CHUNK, value)
-    finally:
-        os.close(fd)
-
-
-def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
-           max_record_size: int = DEFAULT_MAX_RECORD_SIZE, before_journal_id: int | None = None,
-           interruptible: bool = False) -> LogMark:
-    """Call `visitor(record)` for every record after `mark`, in order; return the position reached.
-
-    Journals with id >= mark.journal_id are read (and < before_journal_id when given): the marked one
-    from mark.offset, later ones from their header end. A mark naming a journal that no longer exists is
-    an error, as in Java. With `interruptible`, an exception of the visitor becomes ReplayInterrupted
-    carrying the mark to resume from (the record it failed on is replayed again then, nothing before it).
-    """
-    mark = LogMark(*mark)
-    ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id
-           and (before_journal_id is None or i < before_journal_id)]
-    if mark.journal_id > 0 and (not ids or ids[0] != mark.journal_id):
-        path = journal_path(journal_dir, mark.journal_id)
-        raise JournalCorruptionError(f"journal {path} named by lastMark {tuple(mark)} is missing",
-                                     path, mark.offset)
-    reached = mark
-    for journal_id in ids:
-        start = mark.offset if journal_id == mark.journal_id else 0
-        log.info("replaying journal %x from offset %d", journal_id, start)
-        for offset, record in scan_journal(journal_dir, journal_id, start, skip_invalid, max_record_size):
-            try:
-                visitor(record)
-            except Exception as err:
-                if not interruptible:
-                    raise
-                # resume at the start of this record: the end of the previous one, or where this file began
-                resume = reached if reached.journal_id == journal_id else LogMark(journal_id, start)
-                raise ReplayInterrupted(resume, err) from err
-            reached = LogMark(journal_id, offset)
-    return reached
 
 
 # --- the journal ------------------------------------------------------------------------------------

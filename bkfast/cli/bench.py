@@ -29,7 +29,8 @@ from array import array
 import click
 
 from bkfast import _journal
-from bkfast.bookie.journal import CACHE_DROP_LAG_BYTES, HEADER_SIZE, MAGIC, Journal
+from bkfast.bookie.journal import CACHE_DROP_LAG_BYTES, Journal
+from bkfast.bookie.journal_files import HEADER_SIZE, MAGIC
 from bkfast.conf import ServerConfiguration
 
 _MiB = 1024 * 1024
