@@ -27,7 +27,7 @@ from bkfast.bookie import logmark
 from bkfast.bookie.journal import Journal
 from bkfast.bookie.logmark import LogMark
 from bkfast.codec import peek_entry_ids
-from bkfast.errors import BKError, ConfigurationError
+from bkfast.errors import BKError, ConfigurationError, ReplayInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class JournalSet:
                 journal_mod.replay(journal_dir, pending[i], visitor, skip_invalid=skip_invalid,
                                    before_journal_id=None if before_journal_ids is None else before_journal_ids[i],
                                    interruptible=True)
-            except journal_mod.ReplayInterrupted as stop:
+            except ReplayInterrupted as stop:
                 pending[i] = stop.mark
                 raise
             del pending[i]

@@ -30,7 +30,7 @@ import threading
 
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.disk_checker import is_no_space
-from bkfast.errors import BKBookieIOException, WriteCacheFullError
+from bkfast.errors import BKBookieIOException, ReplayInterrupted, WriteCacheFullError
 
 __all__ = ["REASON", "StorageFullState"]
 
@@ -61,7 +61,7 @@ class StorageFullState:
         pending = dict(enumerate(marks))
         try:
             b.journals.replay(pending, b._replay_record, skip_invalid=b.conf.get("skipInvalidJournalRecord"))
-        except journal_mod.ReplayInterrupted as stop:
+        except ReplayInterrupted as stop:
             cause = stop.__cause__
             if not _no_room(cause):
                 raise cause from None
@@ -148,7 +148,7 @@ class StorageFullState:
             # Each journal resumes where it stopped; replay_pending keeps the positions if it stops again.
             b.journals.replay(self.replay_pending, visit, skip_invalid=b.conf.get("skipInvalidJournalRecord"),
                               before_journal_ids=self._first_new_journals)
-        except journal_mod.ReplayInterrupted as stop:
+        except ReplayInterrupted as stop:
             raise stop.__cause__ from None
         log.info("journal replay finished: %d more records", b.replayed_records - before)
         self.replay_pending = None
