@@ -340,6 +340,26 @@ class BookieService:
             wait_drained()
         return stopped
 
+    def _wake_reactor_on_signals(self) -> None:
+        """Make a signal wake the reactor wherever the kernel delivers it.
+
+        Python runs handlers in the main thread, which sits in the reactor's epoll_wait; a signal taken
+        by another thread (journal, flush, read pool: the kernel may pick any) only sets a flag, and an
+        idle reactor never looked at it (a bookie ignored SIGTERM for 30 s). With a wakeup fd, the C
+        handler also writes a byte to the reactor's waker, which wakes epoll_wait, and the handler runs.
+        This is what Twisted does itself when it installs its signal handlers, which the bookie does not
+        let it do (it handles SIGTERM itself)."""
+        waker_fd = getattr(getattr(self.reactor, "waker", None), "o", None)
+        if isinstance(waker_fd, int):
+            signal.set_wakeup_fd(waker_fd, warn_on_full_buffer=False)
+            return
+        # A reactor without a Unix waker: look at pending signals at least every second.
+        from twisted.internet import task
+
+        self._signal_poll = task.LoopingCall(lambda: None)
+        self._signal_poll.clock = self.reactor
+        self._signal_poll.start(1.0, now=False)
+
     def close(self) -> None:
         """After the reactor stopped: unregister and end the metadata session, then stop the Bookie."""
         if self.meta is not None:
@@ -367,12 +387,14 @@ class BookieService:
         tune_gc_for_serving()
         signal.signal(signal.SIGTERM, lambda signum, frame: self.request_stop())
         signal.signal(signal.SIGINT, lambda signum, frame: self.request_stop())
+        self._wake_reactor_on_signals()
         if early_signals:
             self.request_stop()
         bound = self.address
         # Only now say we are up: a supervisor may send SIGTERM the moment it reads this line.
         print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
         self.reactor.run(installSignalHandlers=False)
+        signal.set_wakeup_fd(-1)
         self.close()
         if self.exit_code:
             log.error("bookie exited after a fatal error")
