@@ -8,6 +8,7 @@ until an operator freed space.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import time
 
@@ -17,30 +18,18 @@ from kazoo.client import KazooClient
 
 from bkfast.cli.local_cluster import LocalBookie, free_port
 from bkfast.cli.main import main
-from bkfast.codec import DigestType, decode_response, encode_add_request, encode_read_request, master_key
+from bkfast.codec import master_key
 from bkfast.errors import V2Rc
 
+from .disk_full_support import ENTRY_SIZE, add_entry, payload
+from .disk_full_support import read_entry as read
 from .server_support import Client
 from .tmpfs_support import tmpfs
 
 pytestmark = pytest.mark.zookeeper
 
 KEY = master_key(b"full-disk")
-ENTRY_SIZE = 64 * 1024
-
-
-def payload(lid: int) -> bytes:
-    return bytes([lid % 251]) * ENTRY_SIZE
-
-
-def add(client: Client, lid: int) -> int:
-    client.send_raw(encode_add_request(KEY, lid, 0, -1, ENTRY_SIZE, payload(lid), DigestType.CRC32C))
-    return decode_response(client.recv_frame()[4:]).rc
-
-
-def read(client: Client, lid: int):
-    client.send_raw(encode_read_request(lid, 0))
-    return decode_response(client.recv_frame()[4:])
+add = functools.partial(add_entry, KEY)
 
 
 def wait_for(predicate, timeout: float, what: str):

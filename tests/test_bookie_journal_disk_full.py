@@ -10,47 +10,20 @@ finds every acknowledged entry and no record twice.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import time
 
-from bkfast.bookie import journal as journal_mod
 from bkfast.cli.local_cluster import LocalBookie
-from bkfast.codec import DigestType, decode_response, encode_add_request, encode_read_request, master_key
+from bkfast.codec import master_key
 from bkfast.errors import V2Rc
 
+from .disk_full_support import add_entry, assert_readable, journal_entry_counts
 from .server_support import Client
 from .tmpfs_support import fill, tmpfs
 
 KEY = master_key(b"journal-full")
-ENTRY_SIZE = 64 * 1024
-
-
-def payload(lid: int) -> bytes:
-    return bytes([lid % 251]) * ENTRY_SIZE
-
-
-def add(client: Client, lid: int) -> int:
-    client.send_raw(encode_add_request(KEY, lid, 0, -1, ENTRY_SIZE, payload(lid), DigestType.CRC32C))
-    return decode_response(client.recv_frame()[4:]).rc
-
-
-def assert_readable(bookie: LocalBookie, lids: list[int]) -> None:
-    with Client(bookie.host, bookie.port) as client:
-        for lid in lids:
-            client.send_raw(encode_read_request(lid, 0))
-            r = decode_response(client.recv_frame()[4:])
-            assert r.rc == V2Rc.EOK, (lid, r.rc)
-            assert bytes(r.data)[-ENTRY_SIZE:] == payload(lid)
-
-
-def journal_entry_counts(journal_dir) -> collections.Counter:
-    counts: collections.Counter = collections.Counter()
-    for journal_id in journal_mod.list_journal_ids(journal_dir):
-        for _, record in journal_mod.scan_journal(journal_dir, journal_id):
-            r = journal_mod.parse_record(record)
-            if r.kind == journal_mod.RecordKind.ENTRY:
-                counts[(r.ledger_id, r.entry_id)] += 1
-    return counts
+add = functools.partial(add_entry, KEY)
 
 
 def test_journal_disk_full_then_room_again_turns_writable_without_restart(tmp_path):

@@ -8,6 +8,7 @@ the reactor is part of the story."""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import subprocess
 import time
@@ -21,16 +22,14 @@ from bkfast.codec import DigestType, decode_response, encode_add_request, encode
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKBookieIOException, BKError, V2Rc
 
+from .disk_full_support import ENTRY_SIZE, add_entry, assert_readable, payload
+from .disk_full_support import journal_entry_counts as entry_counts
 from .server_support import BookieProcess, Client
 from .tmpfs_support import fill, tmpfs
 
 KEY = master_key(b"journals-full")
-ENTRY_SIZE = 64 * 1024
+add = functools.partial(add_entry, KEY)
 DB = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
-
-
-def payload(lid: int) -> bytes:
-    return bytes([lid % 251]) * ENTRY_SIZE
 
 
 def stored_entry(lid: int) -> bytes:
@@ -109,30 +108,6 @@ def test_full_ledger_disk_at_start_stops_the_replay_and_each_journal_resumes_whe
         with Bookie(conf) as bookie:                 # the recovery's checkpoint moved both marks
             assert bookie.replayed_records == 0
             assert bookie.read_entry(10**6 + 1, 0) == stored_entry(10**6 + 1)
-
-
-def add(client: Client, lid: int) -> int:
-    client.send_raw(encode_add_request(KEY, lid, 0, -1, ENTRY_SIZE, payload(lid), DigestType.CRC32C))
-    return decode_response(client.recv_frame()[4:]).rc
-
-
-def entry_counts(journal_dir) -> collections.Counter:
-    counts: collections.Counter = collections.Counter()
-    for journal_id in jm.list_journal_ids(journal_dir):
-        for _, record in jm.scan_journal(journal_dir, journal_id):
-            r = jm.parse_record(record)
-            if r.kind == jm.RecordKind.ENTRY:
-                counts[(r.ledger_id, r.entry_id)] += 1
-    return counts
-
-
-def assert_readable(bookie: LocalBookie, lids) -> None:
-    with Client(bookie.host, bookie.port) as client:
-        for lid in lids:
-            client.send_raw(encode_read_request(lid, 0))
-            r = decode_response(client.recv_frame()[4:])
-            assert r.rc == V2Rc.EOK, (lid, r.rc)
-            assert bytes(r.data)[-ENTRY_SIZE:] == payload(lid)
 
 
 def test_second_journal_disk_full_then_room_again_recovers_that_journal_without_restart(tmp_path):

@@ -17,26 +17,10 @@ pytest.importorskip("pyarrow", minversion="18")
 
 from bkfast import BookKeeper  # noqa: E402
 from bkfast.errors import StreamFencedError  # noqa: E402
-from bkfast.streams import Namespace  # noqa: E402
 
-from .client_cluster import Cluster  # noqa: E402
+from .stream_cluster import cluster, ns  # noqa: E402, F401  (fixtures)
 
 pytestmark = pytest.mark.zookeeper
-
-
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("spark"), bookies=3)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture(scope="module")
-def ns(cluster):
-    with Namespace(cluster.metadata_uri, timeout=60) as namespace:
-        yield namespace
 
 
 def spark_session(app: str):

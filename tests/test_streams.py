@@ -23,7 +23,7 @@ from bkfast.errors import (
 from bkfast.meta.streams import Segment
 from bkfast.streams import DLSN, EARLIEST, LATEST, Namespace, decode_batch, encode_batch
 
-from .client_cluster import Cluster
+from .stream_cluster import cluster, ns  # noqa: F401  (fixtures)
 
 # --- the batch format and positions (no cluster) -----------------------------------------------------
 
@@ -93,21 +93,6 @@ def _stream_crud_and_cas(ns):
 
 
 # --- against a real cluster ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("streams"), bookies=3)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture(scope="module")
-def ns(cluster):
-    with Namespace(cluster.metadata_uri, timeout=60) as namespace:
-        yield namespace
 
 
 def _name(prefix: str) -> str:

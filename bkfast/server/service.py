@@ -352,13 +352,8 @@ class BookieService:
         waker_fd = getattr(getattr(self.reactor, "waker", None), "o", None)
         if isinstance(waker_fd, int):
             signal.set_wakeup_fd(waker_fd, warn_on_full_buffer=False)
-            return
-        # A reactor without a Unix waker: look at pending signals at least every second.
-        from twisted.internet import task
-
-        self._signal_poll = task.LoopingCall(lambda: None)
-        self._signal_poll.clock = self.reactor
-        self._signal_poll.start(1.0, now=False)
+        else:
+            log.warning("this reactor has no Unix waker: a signal may wait for the reactor's next event")
 
     def close(self) -> None:
         """After the reactor stopped: unregister and end the metadata session, then stop the Bookie."""
