@@ -5,12 +5,19 @@ a client without an authorized role, or without TLS, writes nothing."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+import uuid
 
 import pytest
+from kazoo.client import KazooClient
 
 from bkfast import BookKeeper
+from bkfast.cli.local_cluster import LocalBookie, free_port, start_bookies
 from bkfast.errors import BKError
+from bkfast.meta import zk_layout
 
 from .client_cluster import Cluster
 from .test_client_cluster import _write_while_killing
@@ -100,17 +107,51 @@ def test_tls_client_against_a_bookie_without_tls_fails_cleanly(zookeeper_server,
         plain.stop()
 
 
-def test_bench_ledger_over_tls(running, pki, tmp_path):
-    import json
-    import subprocess
-    import sys
-
-    conf = tmp_path / "client.conf"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in pki.client_conf("good").items()))
+def _bench_ledger(metadata_uri, conf, *args):
     out = subprocess.run([sys.executable, "-m", "bkfast.cli.main", "bench", "ledger", "--metadata-uri",
-                          running.metadata_uri, "--duration", "1", "--no-read", "--tailing", "0",
-                          "--outstanding", "200", "--tls-conf", str(conf), "--json"],
-                         capture_output=True, text=True, timeout=120)
+                          metadata_uri, "--duration", "1", "--no-read", "--tailing", "0", "--outstanding", "200",
+                          "--tls-conf", str(conf), "--json", *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    doc = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def _write_client_conf(path, keys):
+    path.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+    return path
+
+
+def test_bench_ledger_over_tls(running, pki, tmp_path):
+    doc = _bench_ledger(running.metadata_uri, _write_client_conf(tmp_path / "client.conf", pki.client_conf("good")))
     assert doc["adds"] > 0 and doc["errors"] == 0
+
+
+def test_bench_ledger_tls_compares_with_plaintext(zookeeper_server, tmp_path, pki):
+    """`bench ledger --tls` runs in plaintext, then over TLS, against a TLS bookie that serves both (no client
+    authentication), and compares; the bookie's log (DEBUG) shows the second run really used TLS."""
+    zk = KazooClient(hosts=zookeeper_server, timeout=15.0)
+    zk.start(timeout=30)
+    root = f"/bk-{uuid.uuid4().hex[:12]}"
+    bookie = None
+    try:
+        zk_layout.init_new_cluster(zk, f"{root}/ledgers")
+        uri = f"zk+hierarchical://{zookeeper_server}{root}/ledgers"
+        bookie = LocalBookie(tmp_path / "bookie", free_port(), uri, {"journalMaxGroupWaitMSec": "1",
+                                                                     **pki.bookie_conf()},
+                             extra_args=["--log-level", "DEBUG"])
+        start_bookies([bookie])
+        conf = _write_client_conf(tmp_path / "client.conf", pki.client_conf())
+        doc = _bench_ledger(uri, conf, "--tls", "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1")
+        log = bookie.log_path.read_text(errors="replace")
+    finally:
+        if bookie is not None:
+            bookie.stop()
+        zk.delete(root, recursive=True)
+        zk.stop()
+        zk.close()
+    plain, tls, cmp = doc["plaintext"], doc["tls"], doc["tls_vs_plaintext"]
+    for run in (plain, tls):
+        assert run["adds"] > 0 and run["errors"] == 0 and run["adds_per_s"] > 0
+        assert 0 < run["p50_ms"] <= run["p99_ms"]
+    assert cmp["throughput_ratio"] == round(tls["adds_per_s"] / plain["adds_per_s"], 3) > 0
+    assert cmp["p99_ms_delta"] == round(tls["p99_ms"] - plain["p99_ms"], 3)
+    assert "is TLS-protected" in log, log[-3000:]
