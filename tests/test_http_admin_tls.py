@@ -4,6 +4,7 @@ a mutating request without either gets 401 and changes nothing; read-only endpoi
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -116,5 +117,23 @@ def test_plain_http_with_token_only(tmp_path):
         assert call("GET", "/api/v1/bookie/state", TOKEN) == 200
         assert call("PUT", "/api/v1/bookie/gc", None, {}) == 401
         assert call("PUT", "/api/v1/bookie/gc", TOKEN, {}) == 200
+    finally:
+        assert b.stop() == 0, b.log()
+
+
+def test_http_server_binds_the_configured_host(tmp_path):
+    """httpServerHost=127.0.0.2 (Linux routes all of 127/8 to lo): the admin API answers there, and the same
+    port on 127.0.0.1 (the bookie's own interface) refuses."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]
+    b = BookieProcess(tmp_path / "bookie")
+    b.extra_conf.update(httpServerEnabled="true", httpServerPort=str(port), httpServerHost="127.0.0.2")
+    b.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.2:{port}/heartbeat", timeout=10) as resp:
+            assert (resp.status, resp.read()) == (200, b"OK\n")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         assert b.stop() == 0, b.log()
