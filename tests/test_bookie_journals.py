@@ -1,6 +1,7 @@
 """Several journal directories: one journal each, ledgers mapped as Java 4.16 maps them (ledgerId mod
-count), a lastMark per journal, replay of every journal from its own mark, and refusal of a bookie whose
-journal directories changed since it last ran (in-process, and a real `bkfast bookie --no-metadata`)."""
+count; a scoped ledger by its 64-bit ledger id), a lastMark per journal, replay of every journal from its
+own mark, and refusal of a bookie whose journal directories changed since it last ran (fewer, more or
+reordered; in-process, and a real `bkfast bookie --no-metadata`)."""
 
 import hashlib
 import os
@@ -19,6 +20,7 @@ from bkfast.bookie.journals import journal_index
 from bkfast.codec import DigestType, encode_entry, encode_lac, mac_key, master_key
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import ConfigurationError
+from bkfast.meta import CookieMismatchError, check_local_cookies
 from tests.server_support import REPO, BookieProcess
 
 KEY = master_key(b"journals")
@@ -40,6 +42,22 @@ def conf_for(tmp_path: Path, journals: list[str], ledgers=("l1", "l2"), **extra)
 def entry(ledger: int, entry_id: int) -> bytes:
     payload = hashlib.sha256(f"{ledger}:{entry_id}".encode()).digest() * 4
     return encode_entry(ledger, entry_id, entry_id - 1, (entry_id + 1) * len(payload), payload, DigestType.CRC32C)
+
+
+def scoped_entry(scope: int, ledger: int, entry_id: int) -> bytes:
+    payload = hashlib.sha256(f"{scope}:{ledger}:{entry_id}".encode()).digest()
+    return encode_entry(ledger, entry_id, entry_id - 1, (entry_id + 1) * len(payload), payload, DigestType.CRC32C,
+                        mac_key(b"journals"), scope)
+
+
+def records_by_scoped_ledger(journal_dir: Path) -> dict[tuple[int, int], list[int]]:
+    """(scope id, ledger id) -> entry ids (meta records as their negative ids) of every record in a journal dir."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for journal_id in jm.list_journal_ids(journal_dir):
+        for _, record in jm.scan_journal(journal_dir, journal_id):
+            r = jm.parse_record(record)
+            out.setdefault((r.scope_id, r.ledger_id), []).append(r.entry_id)
+    return out
 
 
 def records_by_ledger(journal_dir: Path) -> dict[int, list[int]]:
@@ -84,6 +102,38 @@ def test_each_ledger_goes_to_journal_ledger_id_mod_count_with_its_own_lastmark(t
         for ledger in range(1, 7):
             assert bookie.read_entry(ledger, 2) == entry(ledger, 2)
         assert bookie.is_fenced(5) and not bookie.is_fenced(4)
+
+
+def test_scoped_ledgers_go_to_journal_ledger_id_mod_count_whatever_their_scope(tmp_path):
+    # (scope, ledger): neither scope mod 3 nor the 128-bit id (scope << 64 | ledger) mod 3 = (scope + ledger)
+    # mod 3 names the journal ledger mod 3 does; ledger 4 is there classic and scoped.
+    ledgers = [(0, 4), (77, 4), (1, 6), (5, 7), (2**63 + 5, 8)]
+    for scope, ledger in ledgers[1:]:
+        assert ledger % 3 not in (scope % 3, ((scope << 64) | ledger) % 3)
+    conf = conf_for(tmp_path, ["j0", "j1", "j2"])
+    with Bookie(conf) as bookie:
+        for scope, ledger in ledgers:
+            for e in range(2):
+                bookie.add_entry_sync(scoped_entry(scope, ledger, e), KEY)
+        done = threading.Event()            # entry 2 of every ledger in one batch, split over the journals
+        assert bookie.add_entries([(scoped_entry(scope, ledger, 2), KEY, False, False) for scope, ledger in ledgers],
+                                  lambda accepted, error: done.set()) == []
+        assert done.wait(10)
+        for scope, ledger in ledgers:
+            bookie.set_explicit_lac_sync(ledger, encode_lac(ledger, 1, DigestType.CRC32C, mac_key(b"journals"), scope),
+                                         KEY, scope_id=scope)
+        bookie.fence_sync(4, KEY, scope_id=77)
+        bookie._wait(lambda cb: bookie.force_ledger(8, cb, scope_id=2**63 + 5))
+    for i in range(3):
+        seen = records_by_scoped_ledger(tmp_path / f"j{i}")
+        assert sorted(seen) == sorted(sl for sl in ledgers if sl[1] % 3 == i), f"journal {i}"
+        for scoped_ledger, ids in seen.items():
+            expected = [jm.METAENTRY_ID_LEDGER_KEY, 0, 1, 2, jm.METAENTRY_ID_LEDGER_EXPLICITLAC]
+            assert ids == expected + ([jm.METAENTRY_ID_FENCE_KEY] if scoped_ledger == (77, 4) else [])
+    with Bookie(conf) as bookie:        # and each scoped ledger is served from where it went
+        for scope, ledger in ledgers:
+            assert bookie.read_entry(ledger, 2, scope_id=scope) == scoped_entry(scope, ledger, 2)
+        assert bookie.is_fenced(4, 77) and not bookie.is_fenced(4)
 
 
 def test_batched_adds_over_two_journals_complete_once_with_every_entry(tmp_path):
@@ -163,7 +213,22 @@ def test_one_journal_dir_fewer_is_refused_in_process(tmp_path):
         Bookie(conf_for(tmp_path / "twice", ["a", "b", "a"]))
 
 
-def test_bookie_process_started_with_one_journal_dir_fewer_refuses_and_names_it(tmp_path):
+def test_reordered_journal_dirs_are_refused_by_the_cookie_files_naming_both_orders(tmp_path):
+    conf = conf_for(tmp_path, ["j0", "j1"])
+    check_local_cookies(conf, "127.0.0.1:3181")         # a new bookie: its cookie files are written
+    with Bookie(conf) as bookie:
+        bookie.add_entry_sync(entry(1, 0), KEY)
+    j0, j1 = tmp_path / "j0", tmp_path / "j1"
+    with pytest.raises(CookieMismatchError) as refused:
+        check_local_cookies(conf_for(tmp_path, ["j1", "j0"]), "127.0.0.1:3181")
+    message = str(refused.value)
+    assert f"journalDirs: cookie says {j0},{j1}, this bookie has {j1},{j0}" in message
+    assert "same directories, another order" in message
+    assert "\n" not in message
+    check_local_cookies(conf, "127.0.0.1:3181")         # the order it ran with is still accepted
+
+
+def test_bookie_process_started_with_one_journal_dir_fewer_more_or_reordered_refuses_and_names_them(tmp_path):
     j0, j1 = tmp_path / "j0", tmp_path / "j1"
     bookie = BookieProcess(tmp_path, "-D", f"journalDirectories={j0},{j1}")
     try:
@@ -172,6 +237,7 @@ def test_bookie_process_started_with_one_journal_dir_fewer_refuses_and_names_it(
     finally:
         bookie.kill()
     assert (j1 / "current" / "VERSION").exists()
+    journal_files = [jm.list_journal_ids(j) for j in (j0, j1)]
     fewer = BookieProcess(tmp_path, "-D", f"journalDirectories={j0}")
     result = subprocess.run(fewer.command(), capture_output=True, timeout=120)
     err = result.stderr.decode()
@@ -184,6 +250,17 @@ def test_bookie_process_started_with_one_journal_dir_fewer_refuses_and_names_it(
     result = subprocess.run(added.command(), capture_output=True, timeout=120)
     assert result.returncode == 1
     assert f"new journal directory {tmp_path / 'j2'}" in result.stderr.decode()
+    # the same two directories in the other order: every ledger would change journal
+    reordered = BookieProcess(tmp_path, "-D", f"journalDirectories={j1},{j0}")
+    result = subprocess.run(reordered.command(), capture_output=True, timeout=120)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("Error: bookie ") and "cookie mismatch" in last
+    assert f"journalDirs: cookie says {j0},{j1}, this bookie has {j1},{j0}" in last
+    assert "another order" in last
+    # refused before a journal was opened: no refused start created a journal file
+    assert [jm.list_journal_ids(j) for j in (j0, j1)] == journal_files
 
 
 def test_shell_lastmark_prints_every_journal_mark(tmp_path):

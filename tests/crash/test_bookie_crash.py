@@ -6,7 +6,9 @@ DbLedgerStorage and SortedLedgerStorage again with two journal directories (ledg
 single and batched adds), and prints each acknowledgement. The parent kills it with SIGKILL after a
 random delay — with frequent checkpoints, journal rolls and write-cache flushes going on — restarts a
 Bookie on the same directories and checks every entry acknowledged in that run (plus a sample of
-earlier runs) byte for byte.
+earlier runs) byte for byte. With two journal directories it also scans (with the bookie's journal reader)
+the journal files each child wrote: every entry record of a child ledger is in journal ledgerId mod 2, and
+over the runs both journals got entries.
 BKFAST_CRASH_ITERATIONS (per storage, default 30) and BKFAST_CRASH_SEED change the run.
 """
 
@@ -23,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from bkfast.bookie.bookie import Bookie
-from bkfast.bookie.journal import list_journal_ids
+from bkfast.bookie.journal import RecordKind, list_journal_ids, parse_record, scan_journal
 from bkfast.codec import DigestType, encode_entry, master_key
 from bkfast.errors import BKLedgerFencedException, BKUnauthorizedAccessException
-from tests.crash.bookie_child import PASSWORD, STORAGE_CLASSES, crash_conf, journal_dirs
+from tests.crash.bookie_child import LEDGERS, PASSWORD, STORAGE_CLASSES, crash_conf, journal_dirs
 
 ITERATIONS = int(os.environ.get("BKFAST_CRASH_ITERATIONS", "30"))
 SEED = int(os.environ.get("BKFAST_CRASH_SEED", "20261123"))
@@ -68,6 +70,25 @@ def run_child_until_killed(data_dir: Path, seed: int, first_ledger: int, kill_af
     return lines
 
 
+def child_entries_per_journal(dirs: list[str], since: list[int], first_ledger: int) -> list[int]:
+    """How many entry records of the child's ledgers each journal dir holds in the files the child created
+    (ids above `since`, what the dir held before it ran), scanned with the bookie's own journal reader;
+    fails if a journal holds an entry of a ledger that maps to another journal (ledger mod count)."""
+    counts = []
+    for i, journal_dir in enumerate(dirs):
+        n = 0
+        for journal_id in list_journal_ids(journal_dir):
+            if journal_id <= since[i]:
+                continue
+            for _, record in scan_journal(journal_dir, journal_id):
+                r = parse_record(record)
+                if r.kind == RecordKind.ENTRY and first_ledger <= r.ledger_id < first_ledger + LEDGERS:
+                    assert r.ledger_id % len(dirs) == i, f"ledger {r.ledger_id} in journal {journal_dir}"
+                    n += 1
+        counts.append(n)
+    return counts
+
+
 @pytest.mark.parametrize(("storage", "journals"),
                          [*((s, 1) for s in sorted(STORAGE_CLASSES)), ("db", 2), ("sorted", 2)])
 def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage, journals):
@@ -75,10 +96,16 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage, journals):
     rng = random.Random(SEED)
     acked: dict[tuple[int, int], str] = {}
     fenced: set[int] = set()
+    dirs = journal_dirs(str(tmp_path), journals)
+    journaled = [0] * journals      # entry records the children left in each journal dir
     for iteration in range(iterations):
         first_ledger = 1 + iteration * 100
+        since = [max(list_journal_ids(d), default=0) for d in dirs]
         lines = run_child_until_killed(tmp_path, rng.randrange(2**31), first_ledger, rng.uniform(0.05, 1.5),
                                        storage, journals)
+        if journals > 1:
+            journaled = [a + b for a, b in zip(journaled, child_entries_per_journal(dirs, since, first_ledger),
+                                               strict=True)]
         this_run = {}
         for line in lines:
             kind, *fields = line.split()
@@ -115,7 +142,7 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path, storage, journals):
         finally:
             bookie.stop()
     assert len(acked) > iterations * 10, "the children acknowledged suspiciously few entries"
-    if journals > 1:   # every journal was written to and has its own mark
-        for i, journal_dir in enumerate(journal_dirs(str(tmp_path), journals)):
-            assert list_journal_ids(journal_dir), f"journal {journal_dir} was never written"
+    if journals > 1:   # the children wrote entry records to every journal, and each has its own mark
+        for i, journal_dir in enumerate(dirs):
+            assert journaled[i] > 0, f"no child wrote an entry to journal {journal_dir}: {journaled}"
             assert (tmp_path / "ledgers" / "current" / f"lastMark.{i}").stat().st_size == 16
