@@ -118,6 +118,59 @@ def test_ledger_list_metadata_read(api):
     assert "expected true or false" in error(api, "/api/v1/ledger/list", 400, print_metadata="maybe")
 
 
+def test_ledger_list_of_a_scope_lists_its_scoped_ledgers_only(api):
+    """BP-34: ledger_scope_id lists that scope's 128-bit ledgers (their metadata with scopeId and
+    qualifiedName); without it, scope 0, where they are not. One scoped ledger reuses the unscoped ledger's
+    64-bit id: the scope alone tells them apart."""
+    scope = 0x5C0_7E5F                                   # no other test uses it
+    with BookKeeper(api.metadata_uri, timeout=60) as bk:
+        twin = bk.create_ledger_adv(2, 2, 2, password=b"scoped", scope_id=scope, ledger_id=api.ledger_id)
+        twin.close()
+        other = bk.create_ledger(2, 2, 2, password=b"scoped", scope_id=scope)
+        other.close()
+    twin_id, other_id, plain = str(twin.ledger_id), str(other.ledger_id), str(api.ledger_id)
+    assert twin_id == plain
+    assert ok_json(api, "/api/v1/ledger/list", ledger_scope_id=str(scope)) == {twin_id: None, other_id: None}
+    listed = ok_json(api, "/api/v1/ledger/list", ledger_scope_id=str(scope), print_metadata="true",
+                     decode_meta="true")
+    assert set(listed) == {twin_id, other_id}
+    for lid, handle in ((twin_id, twin), (other_id, other)):
+        md = listed[lid]
+        assert (md["ledgerId"], md["scopeId"], md["ensembleSize"]) == (int(lid), scope, 2)
+        assert md["qualifiedName"] == handle.qualified_name == f"{scope:016x}{int(lid):016x}"
+    assert ok_json(api, "/api/v1/ledger/list", ledger_scope_id=str(scope + 1)) == {}
+    unscoped = ok_json(api, "/api/v1/ledger/list", print_metadata="true", decode_meta="true")
+    assert other_id not in unscoped
+    assert unscoped[plain]["ensembleSize"] == 3 and "scopeId" not in unscoped[plain]
+    assert ok_json(api, "/api/v1/ledger/metadata", ledger_id=twin_id, ledger_scope_id=str(scope)) == {
+        listed[twin_id]["qualifiedName"]: listed[twin_id]}
+
+
+@pytest.fixture(scope="module")
+def bare_api(tmp_path_factory):
+    """A bookie without a metadata service (--no-metadata) and its admin port."""
+    http_port = free_port()
+    bookie = LocalBookie(tmp_path_factory.mktemp("http-bare-bookie"), free_port(), None,
+                         {"httpServerEnabled": "true", "httpServerPort": str(http_port),
+                          "dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16"})
+    try:
+        bookie.start()
+        bookie.http_port = http_port
+        yield bookie
+    finally:
+        bookie.stop()
+
+
+def test_endpoints_that_need_the_metadata_service_are_503_on_a_bookie_without_one(bare_api):
+    """The cluster endpoints cannot answer (503, naming --no-metadata); the bookie's own ones still do."""
+    for path, params in (("/api/v1/bookie/list_bookies", {"type": "rw"}), ("/api/v1/bookie/cluster_info", {}),
+                         ("/api/v1/ledger/list", {}), ("/api/v1/ledger/metadata", {"ledger_id": "1"})):
+        assert "--no-metadata" in error(bare_api, path, 503, **params), path
+    assert call(bare_api, "/api/v1/bookie/is_ready")[:2] == (200, "OK\n")
+    assert set(ok_json(bare_api, "/api/v1/bookie/list_disk_file", file_type="journal")) == {"journal files"}
+    assert bare_api.alive()
+
+
 def test_ledger_delete(api):
     with BookKeeper(api.metadata_uri, timeout=60) as bk:
         lh = bk.create_ledger(2, 2, 2)

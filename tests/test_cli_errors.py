@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from bkfast.cli.local_cluster import free_port
+from bkfast.cli.local_cluster import LocalBookie, free_port
 
-from .server_support import REPO, pid_alive
+from .server_support import REPO, BookieProcess, pid_alive
+from .tmpfs_support import fill, tmpfs
 
 BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
 
@@ -130,6 +131,138 @@ def test_a_zookeeper_without_a_cluster_says_to_run_initnewcluster(tmp_path, zook
     proc = run(*bookie_args(tmp_path, "-D", f"metadataServiceUri=zk+hierarchical://{zookeeper_server}{root}"))
     assert_one_line_error(proc, "not initialized", "bkfast shell initnewcluster")
     assert not any((tmp_path / d / "current" / "VERSION").exists() for d in ("journal", "ledgers"))
+
+
+# --- full, read-only and forbidden dirs ---------------------------------------------------------------------
+
+def _leftovers(*dirs: Path) -> list[Path]:
+    """Cookie files (and their temp files) under the dirs' current/."""
+    return sorted(p for d in dirs for p in (d / "current").glob("VERSION*"))
+
+
+def test_a_full_journal_dir_on_a_new_bookie_names_the_key_and_leaves_no_cookie(tmp_path):
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    with tmpfs(journal, 1):
+        fill(journal)
+        proc = run(*bookie_args(tmp_path, "--no-metadata"))
+        line = assert_one_line_error(proc, "journalDirectory:", f"{journal / 'current'} is full",
+                                     "No space left on device", "free space or point journalDirectory at")
+        assert "bookie listening" not in proc.stdout, line
+        assert _leftovers(journal, ledgers) == []              # no VERSION.tmp, no cookie anywhere
+
+
+@pytest.mark.zookeeper
+def test_a_full_ledger_dir_on_a_new_bookie_writes_no_cookie_anywhere_and_starts_once_freed(tmp_path,
+                                                                                           zookeeper_server):
+    """The journal dir's cookie is written before the ledger dir's: it is taken back when the ledger dir's
+    fails, so that the start after freeing space sees a new bookie (not "a cookie in some dirs only")."""
+    from kazoo.client import KazooClient
+
+    from bkfast.meta import zk_layout
+
+    top = f"/full-{uuid.uuid4().hex[:8]}"
+    zk = KazooClient(hosts=zookeeper_server, timeout=10.0)
+    zk.start(timeout=15)
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    bookie = LocalBookie(tmp_path, free_port(), zk_metadata_uri=f"zk+hierarchical://{zookeeper_server}{top}/ledgers",
+                         extra_conf={"dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16"})
+    try:
+        zk.ensure_path(top)
+        zk_layout.init_new_cluster(zk, f"{top}/ledgers")
+        with tmpfs(ledgers, 1):
+            ballast = fill(ledgers)
+            proc = subprocess.run(bookie.command(), cwd=REPO, capture_output=True, text=True, timeout=90)
+            assert_one_line_error(proc, "ledgerDirectories:", f"{ledgers / 'current'} is full",
+                                  "free space or point ledgerDirectories at another disk")
+            assert _leftovers(journal, ledgers) == []
+            assert zk.exists(f"{top}/ledgers/cookies/{bookie.bookie_id}") is None
+            assert [c for c in zk.get_children(f"{top}/ledgers/available") if c != "readonly"] == []
+            ballast.unlink()
+            bookie.start()                  # room again: a new bookie, cookies written everywhere
+            assert bookie.stop() == 0
+            assert _leftovers(journal, ledgers) == [journal / "current" / "VERSION", ledgers / "current" / "VERSION"]
+            assert zk.exists(f"{top}/ledgers/cookies/{bookie.bookie_id}") is not None
+    finally:
+        bookie.kill()
+        zk.delete(top, recursive=True)
+        zk.stop()
+        zk.close()
+
+
+def test_a_full_journal_disk_at_restart_names_the_key_and_leaves_no_stub_journal(tmp_path):
+    """A bookie restarts into a new journal file; with no room for it the start cannot go on (a full
+    *ledger* disk at restart starts read-only instead: tests/test_bookie_full_ledger_disk.py)."""
+    journal = tmp_path / "journal"
+    with tmpfs(journal, 8):
+        bookie = BookieProcess(tmp_path).start()
+        assert bookie.stop() == 0
+        journals = sorted((journal / "current").glob("*.txn"))
+        assert len(journals) == 1
+        fill(journal)
+        proc = subprocess.run(bookie.command(), cwd=REPO, capture_output=True, text=True, timeout=90)
+        assert_one_line_error(proc, "journalDirectory:", f"{journal / 'current'} is full",
+                              "free space or point journalDirectory at another disk")
+        assert sorted((journal / "current").glob("*.txn")) == journals
+        assert _leftovers(journal) == [journal / "current" / "VERSION"]
+
+
+def _remount_read_only(path: Path) -> None:
+    done = subprocess.run(["mount", "-o", "remount,ro", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount a tmpfs read-only here: {done.stderr.strip()}")
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "existing-current"])
+def test_a_ledger_dir_on_a_read_only_file_system_names_the_key(tmp_path, existing):
+    """EROFS: creating current/ fails (a new dir), or current/ exists and cannot be written (a disk
+    remounted read-only under a bookie that ran before)."""
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    with tmpfs(ledgers, 1):
+        if existing:
+            (ledgers / "current").mkdir()
+        _remount_read_only(ledgers)
+        proc = run(*bookie_args(tmp_path, "--no-metadata"))
+        line = assert_one_line_error(proc, "ledgerDirectories:", str(ledgers / "current"),
+                                     "remount it read-write or give ledgerDirectories another directory")
+        assert "read-only file system" in line.lower(), line
+        assert _leftovers(journal) == []          # refused before the first cookie is written
+
+
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def _without_dac_override() -> list[str]:
+    """A prefix that runs a command without the capabilities that let root ignore file permissions: the
+    bookie then meets a dir it does not own, mode 0700, as any other user would. (Running it as `nobody`
+    cannot work here: the interpreter lives under /root, mode 0700.)"""
+    if os.geteuid() != 0:
+        pytest.skip("the permission test runs as root and drops root's permission override")
+    try:
+        probe = subprocess.run([*NO_DAC, "sh", "-c", "grep CapEff /proc/self/status"], capture_output=True,
+                               text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("setpriv (util-linux) is not installed")
+    if probe.returncode != 0:
+        pytest.skip(f"cannot drop CAP_DAC_OVERRIDE here: {probe.stderr.strip()}")
+    return NO_DAC
+
+
+@pytest.mark.parametrize("forbidden", ["dir", "current"])
+def test_a_journal_dir_without_permission_names_the_key(tmp_path, forbidden):
+    """The journal dir (or its current/) belongs to another user, mode 0700: one line naming the key and
+    the dir, before any cookie is written."""
+    prefix = _without_dac_override()
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    (journal / "current").mkdir(parents=True)
+    target = journal if forbidden == "dir" else journal / "current"
+    os.chown(target, 65534, 65534)                     # nobody
+    target.chmod(0o700)
+    proc = subprocess.run([*prefix, *BKFAST, *bookie_args(tmp_path, "--no-metadata")], cwd=REPO,
+                          capture_output=True, text=True, timeout=90)
+    line = assert_one_line_error(proc, "journalDirectory:", str(journal / "current"),
+                                 "give journalDirectory")
+    assert "permission" in line.lower(), line
+    assert _leftovers(ledgers) == []
 
 
 # --- sandbox --------------------------------------------------------------------------------------------------

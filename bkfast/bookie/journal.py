@@ -532,12 +532,14 @@ class Journal:
             writer.ensure_preallocated()   # JournalChannel pre-allocates the first step on creation
             os.fsync(fd)                   # header and size durable before any record counts on them
             fsync_dir(self.current_dir)   # and the name: fdatasync of the file does not cover it
-        except BaseException:
+        except BaseException as err:
             os.close(fd)
             try:
                 os.unlink(path)         # never used: a full disk must not leave a trail of stub journals
             except OSError:
                 pass
+            if isinstance(err, OSError) and err.errno and err.filename is None:
+                raise OSError(err.errno, err.strerror, path) from err    # name the file (and so its dir)
             raise
         self._fd, self._writer, self._journal_id = fd, writer, journal_id
         log.info("opened journal %s (format V%d, %s writes)", path, self._version,

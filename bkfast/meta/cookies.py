@@ -11,6 +11,7 @@ first start with a metadata service adopts them (writes the cluster's cookie eve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -269,12 +270,40 @@ def write_cookie_file(directory: str, cookie: Cookie) -> str:
     os.makedirs(cur, exist_ok=True)
     path = os.path.join(cur, VERSION_FILENAME)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(cookie.to_bytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(cookie.to_bytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        # A full (or read-only, or forbidden) directory: no VERSION.tmp stays behind, and the error names
+        # the file (a failed write or fsync carries no file name of its own).
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if err.filename is None:
+            raise OSError(err.errno, err.strerror, path) from err
+        raise
     return path
+
+
+def _write_cookie_files(dirs: list[str], cookie: Cookie, previous: dict) -> None:
+    """Write `cookie` in every dir or in none: when one cannot be written (a full disk), the dirs written
+    before it get their `previous` cookie back (None: theirs is removed), so that once there is room the
+    next start finds the directories as this one did instead of refusing a cookie in some of them only."""
+    written = []
+    try:
+        for d in dirs:
+            write_cookie_file(d, cookie)
+            written.append(d)
+    except OSError:
+        for d in written:
+            with contextlib.suppress(OSError):
+                if previous.get(d) is None:
+                    os.unlink(_version_path(d))
+                else:
+                    write_cookie_file(d, previous[d])
+        raise
 
 
 # -- ZooKeeper -------------------------------------------------------------------------------------------
@@ -337,15 +366,13 @@ def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
     missing = [d for d, c in local.items() if c is None]
 
     if zk_entry is None and not have:
-        for d in dirs:
-            write_cookie_file(d, expected)
+        _write_cookie_files(dirs, expected, local)
         write_zk_cookie(zk, root, bookie_id, expected)
         return expected
     if zk_entry is None and not missing and all(local[d].instance_id is None for d in have):
         # Written by this bookie without a metadata service: adopt them if the directories still match.
         _refuse_changed_dirs(bookie_id, {_version_path(d): local[d] for d in dirs}, expected)
-        for d in dirs:
-            write_cookie_file(d, expected)
+        _write_cookie_files(dirs, expected, local)
         write_zk_cookie(zk, root, bookie_id, expected)
         return expected
     if zk_entry is None:
@@ -397,8 +424,7 @@ def check_local_cookies(conf, bookie_id: str) -> Cookie:
     local = {d: read_cookie_file(d) for d in dirs}
     have = {_version_path(d): c for d, c in local.items() if c is not None}
     if not have:
-        for d in dirs:
-            write_cookie_file(d, expected)
+        _write_cookie_files(dirs, expected, local)
         return expected
     _refuse_changed_dirs(bookie_id, have, expected)
     missing = [d for d, c in local.items() if c is None]

@@ -4,8 +4,10 @@ Owns the order of things. start(): log the configuration's unknown keys; bind th
 admin HTTP port) on the address `bkfast.ids.bookie_address` gives (listeningInterface's address; bookiePort=0
 takes the port the kernel picks: the bookie id and so the cookie name it), so that a port in use stops the
 bookie before anything is written anywhere; check that every journal, ledger and index dir can be created
-and written (`check_dirs`: one error naming the key); connect to the metadata service and check (or write) the
-cookies (with --no-metadata: check, or on a new bookie write, the cookie files of the directories alone);
+and written (`check_dirs`: one error naming the key; a dir found full, read-only or forbidden later in
+the start, writing a cookie or the new journal file, is one too: `dir_error`); connect to the metadata
+service and check (or write) the cookies (with --no-metadata: check, or on a new bookie write, the cookie
+files of the directories alone);
 start the Bookie (journal replay) and the metadata driver the garbage collector asks (it shares the
 bookie's ZooKeeper session); only then listen on the bound sockets (connections are refused until the
 bookie serves), create the metrics and hand them to the Bookie, its Journal and the admin HTTP server,
@@ -39,7 +41,7 @@ from .metadata import MetadataSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BookieService", "DRAIN_TIMEOUT_S", "check_dirs", "log_slow_gc", "tune_gc_for_serving"]
+__all__ = ["BookieService", "DRAIN_TIMEOUT_S", "check_dirs", "dir_error", "log_slow_gc", "tune_gc_for_serving"]
 
 DRAIN_TIMEOUT_S = 10.0
 SLOW_GC_LOG_S = 0.005
@@ -78,25 +80,66 @@ def check_dirs(conf: ServerConfiguration) -> None:
     """Create `current/` in every journal, ledger and index dir and check that this user may read and write
     it: ConfigurationError naming the key, the dir and the reason (a path under a regular file, no
     permission, a read-only file system) before anything is written to ZooKeeper or any dir."""
-    journal_key = "journalDirectories" if conf.is_set("journalDirectories") else "journalDirectory"
-    groups = [(journal_key, conf.get("journalDirectories") or [conf.get("journalDirectory")]),
-              ("ledgerDirectories", conf.get("ledgerDirectories"))]
-    if conf.is_set("indexDirectories"):
-        groups.append(("indexDirectories", conf.get("indexDirectories")))
-    for key, dirs in groups:
+    for key, dirs in _dir_keys(conf):
         for d in dirs:
             current = Path(d) / "current"
             try:
                 current.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                raise ConfigurationError(
-                    f"{key}: cannot create {current} ({err.strerror}: {err.filename}); give {key} a directory "
-                    "this user can create, read and write") from None
+                where = "" if err.filename in (None, str(current)) else f": {err.filename}"
+                remedy = (f"remount it read-write or give {key} another directory" if err.errno == errno.EROFS
+                          else f"give {key} a directory this user can create, read and write")
+                raise ConfigurationError(f"{key}: cannot create {current} ({err.strerror}{where}); {remedy}") from None
             if not os.access(current, os.R_OK | os.W_OK | os.X_OK):
-                reason = "a read-only file system" if _read_only_fs(current) else "no permission"
+                if _read_only_fs(current):
+                    raise ConfigurationError(f"{key}: {current} is on a read-only file system; remount it "
+                                             f"read-write or give {key} another directory")
                 raise ConfigurationError(
-                    f"{key}: {current} is not readable and writable by this user (uid {os.getuid()}: {reason}); "
-                    f"fix its permissions or give {key} another directory")
+                    f"{key}: {current} is not readable and writable by this user (uid {os.getuid()}: no "
+                    f"permission); fix its permissions or give {key} another directory")
+
+
+def _dir_keys(conf: ServerConfiguration) -> list[tuple[str, list[str]]]:
+    """(the key as the user set it, its dirs) for the journal, ledger and (when set) index dirs."""
+    journal_key = "journalDirectories" if conf.is_set("journalDirectories") else "journalDirectory"
+    groups = [(journal_key, conf.get("journalDirectories") or [conf.get("journalDirectory")]),
+              ("ledgerDirectories", conf.get("ledgerDirectories"))]
+    if conf.is_set("indexDirectories"):
+        groups.append(("indexDirectories", conf.get("indexDirectories")))
+    return groups
+
+
+def dir_error(conf: ServerConfiguration, err: OSError) -> ConfigurationError | None:
+    """An OSError on a file in a journal, ledger or index dir during the start (a cookie, a new journal) as
+    one line naming the key, the dir and what to do; None when its file is in none of them.
+
+    Only failures that stop the start come here: a ledger disk found full at restart starts the bookie
+    read-only instead (bkfast.bookie), it raises nothing."""
+    if not err.filename:
+        return None
+    path = os.path.abspath(os.fsdecode(err.filename))
+    found = None
+    for key, dirs in _dir_keys(conf):
+        for d in dirs:
+            top = os.path.abspath(d)
+            if (path == top or path.startswith(top.rstrip(os.sep) + os.sep)) and (
+                    found is None or len(top) > len(found[1])):
+                found = (key, top)
+    if found is None:
+        return None
+    key, top = found
+    current = os.path.join(top, "current")
+    reason = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ConfigurationError(f"{key}: {current} is full ({reason}); free space or point {key} at another disk")
+    if err.errno == errno.EROFS:
+        return ConfigurationError(f"{key}: {current} is on a read-only file system; remount it read-write "
+                                  f"or give {key} another directory")
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return ConfigurationError(f"{key}: no permission to write {path} (uid {os.getuid()}); fix the "
+                                  f"permissions of {current} or give {key} another directory")
+    return ConfigurationError(f"{key}: cannot write {path} ({reason}); check {current} or give {key} "
+                              "another directory")
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -162,6 +205,26 @@ class BookieService:
         self._bind()
         try:
             check_dirs(conf)          # an unusable dir stops the start before ZooKeeper is touched
+            self._check_cookies_and_start_bookie()
+            self._listen()
+            if conf.get("httpServerEnabled"):
+                self._start_http()
+        finally:
+            for sock in self._sockets.values():      # closed unless listening: a failed start frees its ports
+                sock.close()
+            self._sockets.clear()
+        if self.meta is not None:
+            self._register()
+            if conf.get("autoRecoveryDaemonEnabled"):
+                self._start_autorecovery()
+        self.bookie.add_shutdown_listener(lambda reason: reactor.callFromThread(self._fatal, reason))
+
+    def _check_cookies_and_start_bookie(self) -> None:
+        """The cookies (written on a new bookie), then the Bookie (journal replay, a new journal file). A
+        full, read-only or forbidden dir met on the way (a cookie or the new journal cannot be written) is a
+        ConfigurationError naming its key (`dir_error`)."""
+        conf = self.conf
+        try:
             if self.use_metadata:
                 self.meta = MetadataSession(conf)
                 try:
@@ -179,18 +242,11 @@ class BookieService:
                 log.warning("running without a metadata service (--no-metadata): local cookie check only, "
                             "not registered")
             self._start_bookie()
-            self._listen()
-            if conf.get("httpServerEnabled"):
-                self._start_http()
-        finally:
-            for sock in self._sockets.values():      # closed unless listening: a failed start frees its ports
-                sock.close()
-            self._sockets.clear()
-        if self.meta is not None:
-            self._register()
-            if conf.get("autoRecoveryDaemonEnabled"):
-                self._start_autorecovery()
-        self.bookie.add_shutdown_listener(lambda reason: reactor.callFromThread(self._fatal, reason))
+        except OSError as err:
+            translated = dir_error(conf, err)
+            if translated is None:
+                raise
+            raise translated from err
 
     def _bind(self) -> None:
         """Bind the bookie port (and the HTTP port): the first thing that can fail because of another process,
