@@ -375,6 +375,16 @@ class SingleDirectoryDbLedgerStorage:
             self._ledgers.sync()
             self.last_flush_error = None
 
+    def checkpoint(self) -> None:
+        """flush(paced=True), then record each index store's durable sequence number (see
+        RocksStore.record_checkpoint: the next open refuses a store found behind it)."""
+        self.flush(paced=True)
+        self._record_checkpoint()
+
+    def _record_checkpoint(self) -> None:
+        self._locations.record_checkpoint()
+        self._ledgers.record_checkpoint()
+
     def _flush_loop(self) -> None:
         while True:
             self._flush_event.wait()
@@ -429,6 +439,8 @@ class SingleDirectoryDbLedgerStorage:
                 # lastMark past it (its checkpoint failed the same way); the next start replays it.
                 log.error("final flush of %s failed (%s); the journal keeps its %d cached entries for the "
                           "next start", self.ledger_dir, e, self._write_cache.count)
+            else:
+                self._record_checkpoint()
             if self._owns_logger:
                 self._entry_logger.close()
             else:
