@@ -10,7 +10,7 @@ above the RSS of the same bookie with no ledger (measured first, on an empty dir
 
 Measured (2 shared cores, 1,000,000 ledgers of 64-byte entries, 512 MB write cache), issue 18 point 4:
     before: shutdown loaded 91.1 s, idle 1.6 s; 1,405 B per ledger loaded, 668 B idle after restart
-    after:  shutdown loaded  2.4 s, idle 0.2 s;   680 B per ledger loaded, 149 B idle after restart
+    after:  shutdown loaded 2.4-2.9 s, idle 0.2 s; 680 B per ledger loaded, 149 B idle after restart
 The flush made one entry-logger call and one sleep(0) (~70 us of timer slack) per ledger; each ledger's
 metadata was held as a parsed protobuf (~630 B).
 """

@@ -9,7 +9,10 @@ import socket
 import statistics
 import time
 
+import pytest
+
 from bkfast.codec import DigestType, decode_response, encode_add_request, encode_read_request, master_key
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 from .server_support import BookieProcess, Client
 
@@ -88,7 +91,29 @@ def test_reactor_answers_reads_while_the_write_cache_is_full_and_no_add_is_lost(
         b.stop()
 
 
-def test_client_that_never_reads_answers_cannot_grow_the_bookie_or_slow_others(tmp_path):
+def _v3_read(txn: int, ledger: int, entry: int, **fields) -> bytes:
+    """One framed v3 READ_ENTRY request (fields: more ReadRequest fields, e.g. a long poll's)."""
+    request = pb.Request()
+    request.header.version, request.header.operation, request.header.txnId = pb.VERSION_THREE, pb.READ_ENTRY, txn
+    request.readRequest.ledgerId, request.readRequest.entryId = ledger, entry
+    for k, v in fields.items():
+        setattr(request.readRequest, k, v)
+    body = request.SerializeToString()
+    return len(body).to_bytes(4, "big") + body
+
+
+# What the attacker sends, never reading an answer: 2,000 reads of ledger 5's 1 MiB entry 0 (2 GB of
+# answers) over v2 or v3, or 2,000 v3 long polls for it (previousLAC 0, answered with the entry once the
+# probe's adds to ledger 5 move its LAC past 0, and at once after that).
+ATTACKS = {
+    "v2": lambda: encode_read_request(5, 0) * 2000,
+    "v3": lambda: b"".join(_v3_read(t, 5, 0) for t in range(2000)),
+    "v3-long-poll": lambda: b"".join(_v3_read(t, 5, 0, previousLAC=0, timeOut=60_000) for t in range(2000)),
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_client_that_never_reads_answers_cannot_grow_the_bookie_or_slow_others(tmp_path, attack):
     b = BookieProcess(tmp_path, "-D", "waitTimeoutOnResponseBackpressureMs=4000").start()
     try:
         with b.connect() as c:
@@ -98,15 +123,15 @@ def test_client_that_never_reads_answers_cannot_grow_the_bookie_or_slow_others(t
         attacker = socket.socket()
         attacker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         attacker.connect((b.host, b.port))
-        attacker.sendall(encode_read_request(5, 0) * 2000)    # 2 GB of answers, never read
+        attacker.sendall(ATTACKS[attack]())
         peak = rss_before
         latencies = []
         with b.connect() as c:
             stop_at = time.monotonic() + 3.0
-            e = 0
+            e = 1
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter()
-                c.send_raw(encode_add_request(KEY, 6, e, e - 1, e + 1, b"n" * 100, CRC))
+                c.send_raw(encode_add_request(KEY, 5, e, e - 1, e + 1, b"n" * 100, CRC))
                 assert decode_response(c.recv_body()).rc == 0
                 latencies.append(time.perf_counter() - t0)
                 peak = max(peak, _rss_bytes(b.pid))
@@ -129,12 +154,10 @@ def test_client_that_never_reads_answers_cannot_grow_the_bookie_or_slow_others(t
         attacker.close()
         assert "has not read its answers" in b.log(tail=None)
         with b.connect() as c:  # the bookie serves on
-            c.send_raw(encode_read_request(6, 0))
+            c.send_raw(encode_read_request(5, e - 1))
             assert decode_response(c.recv_body()).rc == 0
     finally:
         b.stop()
-
-
 
 
 def test_adds_waiting_for_room_past_the_throttle_time_are_refused_and_later_requests_go_on(tmp_path):
@@ -156,5 +179,25 @@ def test_adds_waiting_for_room_past_the_throttle_time_are_refused_and_later_requ
         assert {r.rc for r in adds} <= {0, 106} and any(r.rc == 106 for r in adds)
         # Before: the connection waited for the 8 s flush; now the deadline (1 s) answers.
         assert elapsed < 6.0, elapsed
+    finally:
+        b.stop()
+
+
+def test_long_polls_woken_together_are_all_answered_as_the_client_reads(tmp_path):
+    """The other side of the long-poll bound: answers held until the peer drains its output all come."""
+    b = BookieProcess(tmp_path).start()
+    try:
+        with b.connect() as writer, b.connect() as poller:
+            writer.send_raw(encode_add_request(KEY, 7, 0, -1, 1 << 20, b"L" * (1 << 20), CRC))
+            assert decode_response(writer.recv_body()).rc == 0
+            n = 40                                    # 40 MiB of answers: 40 times the output limit
+            poller.send_raw(b"".join(_v3_read(t, 7, 0, previousLAC=0, timeOut=30_000) for t in range(n)))
+            time.sleep(0.5)                           # all waiting: the LAC is -1 (0 after entry 1)
+            for e in (1, 2):                          # entry 2 carries LAC 1: every poll wakes at once
+                writer.send_raw(encode_add_request(KEY, 7, e, e - 1, e + 1, b"s", CRC))
+                assert decode_response(writer.recv_body()).rc == 0
+            answers = [pb.Response.FromString(poller.recv_body()) for _ in range(n)]
+        assert sorted(a.header.txnId for a in answers) == list(range(n))
+        assert all(a.status == pb.EOK and a.readResponse.body[-(1 << 20):] == b"L" * (1 << 20) for a in answers)
     finally:
         b.stop()

@@ -109,6 +109,7 @@ class SingleDirectoryDbLedgerStorage:
         self.last_flush_error: BaseException | None = None
         self.continuation_reads = 0  # cache misses read where the last read-ahead run ended (no index lookup)
         self.flush_slices = 0  # entry-logger calls (and GIL hand-overs) of all flushes so far
+        self.flushed_entries = 0  # entries written to the entry log by all flushes so far
         self.error_listener = None  # callable(error) told about background flush failures (the Bookie's)
         self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True,
                                               name=f"db-storage-flush-{self.ledger_dir.name}")
@@ -358,6 +359,7 @@ class SingleDirectoryDbLedgerStorage:
                             i = j
                     writer.write()
                     self.flush_slices += writer.slices
+                    self.flushed_entries += half.count
                     datas = entry_ids = None        # end_flush frees the half in slices: hold no refs
                     t_written = time.perf_counter()
                     self._entry_logger.flush()      # entries durable ...
@@ -374,6 +376,16 @@ class SingleDirectoryDbLedgerStorage:
                     break
             self._ledgers.sync()
             self.last_flush_error = None
+
+    def checkpoint(self) -> None:
+        """flush(paced=True), then record each index store's durable sequence number (see
+        RocksStore.record_checkpoint: the next open refuses a store found behind it)."""
+        self.flush(paced=True)
+        self._record_checkpoint()
+
+    def _record_checkpoint(self) -> None:
+        self._locations.record_checkpoint()
+        self._ledgers.record_checkpoint()
 
     def _flush_loop(self) -> None:
         while True:
@@ -429,6 +441,12 @@ class SingleDirectoryDbLedgerStorage:
                 # lastMark past it (its checkpoint failed the same way); the next start replays it.
                 log.error("final flush of %s failed (%s); the journal keeps its %d cached entries for the "
                           "next start", self.ledger_dir, e, self._write_cache.count)
+            else:
+                self._record_checkpoint()
+                # What a shutdown with many small ledgers costs is visible here: entry-log writes are
+                # slices of many ledgers (one per ledger made stopping 1,000,000 ledgers take 81 s).
+                log.info("DbLedgerStorage %s closed: %d entries flushed since start, in %d entry-log writes",
+                         self.ledger_dir, self.flushed_entries, self.flush_slices)
             if self._owns_logger:
                 self._entry_logger.close()
             else:

@@ -8,7 +8,9 @@ same process: no iterator, view or snapshot outlives a call), the key layouts of
     locations128  key = scope(8) | ledgerId(8) | entryId(8)    value = location(8)   (scope != 0 only)
 
 all big-endian (ids signed, scope unsigned), and the location operations: point lookup, floor lookup of
-a ledger's last entry, a ledger's entry ids, ledger deletion by deleteRange, and atomic batch commits.
+a ledger's last entry, a ledger's entry ids, ledger deletion by deleteRange, and atomic batch commits;
+and the check that a store is not behind its last checkpoint (CHECKPOINT_FILE: a truncated MANIFEST can
+open as an empty store).
 
 Must never: read entry logs, cache entries, or decide when a batch is committed (the storage commits
 only after the entry logs holding the batch's entries are fsynced). `locations128` is created on the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import struct
 import threading
 import time
@@ -39,6 +42,7 @@ from rocksdict import (
 from bkfast.errors import StorageCorruptionError
 
 __all__ = [
+    "CHECKPOINT_FILE",
     "LOCATIONS",
     "LOCATIONS128",
     "LocationBatch",
@@ -62,6 +66,9 @@ _MAX_LONG = 2**63 - 1
 _LOW64 = (1 << 64) - 1
 LOCATION_CHUNK = 4096
 """Locations per RocksDB write of a flush (see LocationBatch)."""
+CHECKPOINT_FILE = "BKFAST-CHECKPOINT"
+"""In a store's directory: the RocksDB sequence number the store had made durable at the bookie's last
+checkpoint (decimal text; see RocksStore.record_checkpoint). RocksDB ignores files it did not name."""
 
 
 def qualified_key(scope_id: int, ledger_id: int) -> int:
@@ -113,6 +120,65 @@ def open_error(path: Path, err: Exception) -> Exception:
     return StorageCorruptionError(what)
 
 
+def read_checkpoint(path: Path) -> int | None:
+    """The sequence number recorded in a store's CHECKPOINT_FILE; None when there is none (a store a Java
+    bookie or an older bkfast made) or it does not parse."""
+    try:
+        text = (path / CHECKPOINT_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        log.warning("%s does not hold a sequence number (%r): the store is opened without the check",
+                    path / CHECKPOINT_FILE, text[:40])
+        return None
+
+
+def write_checkpoint(path: Path, seq: int) -> None:
+    """Replace a store's CHECKPOINT_FILE atomically: the new file is fsynced before the rename. The
+    directory is not: a rename lost in a crash leaves the previous, lower number, still a valid bound."""
+    tmp = path / (CHECKPOINT_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"%d\n" % seq)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path / CHECKPOINT_FILE)
+
+
+def check_not_behind(path: Path) -> int | None:
+    """Refuse a store that holds less than it had made durable at the last checkpoint.
+
+    A MANIFEST truncated at some offsets opens without any error as an EMPTY store (RocksDB takes the
+    cut record for the end of the log), and a read-write open then deletes the store's .sst files as
+    obsolete: the bookie would answer "no such entry" for acknowledged entries. So the store is opened
+    READ-ONLY first (which deletes nothing) and its sequence number compared with the recorded one; a
+    crash cannot make it lower, since the number recorded was durable when it was written. Returns the
+    store's sequence number (None: nothing recorded, no check)."""
+    recorded = read_checkpoint(path)
+    if recorded is None:
+        return None
+    try:
+        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+    except Exception as err:  # noqa: BLE001 - rocksdict raises a bare Exception with RocksDB's status
+        raise open_error(path, err) from err
+    try:
+        seq = db.latest_sequence_number()
+    finally:
+        db.close()
+        del db
+    if seq < recorded:
+        raise StorageCorruptionError(
+            f"RocksDB store {path} is corrupt: it opens at sequence number {seq}, behind the {recorded} it "
+            f"had made durable at the last checkpoint ({path / CHECKPOINT_FILE}), so files of it are missing "
+            "or truncated (a MANIFEST?) and acknowledged entries would be missing; the bookie cannot start on "
+            "it (nothing was changed): restore this directory from a backup, or wipe the bookie (bkfast shell "
+            "bookieformat --force) and let AutoRecovery re-replicate its ledgers")
+    return seq
+
+
 class RocksStore:
     """One RocksDB database directory opened in raw mode (bytes keys and values).
 
@@ -127,6 +193,9 @@ class RocksStore:
         self._lock = threading.Lock()  # guards close and reopen against concurrent use
         self._retired: list[Rdict] = []  # read-only handles replaced by a writable one (closed at close())
         self.read_only = False
+        # Before anything may purge files: is the store behind its last checkpoint (check_not_behind)?
+        # _recorded_seq: a sequence number CHECKPOINT_FILE needs not be raised to (None: no file yet).
+        self._recorded_seq = check_not_behind(self.path)
         # On open RocksDB replays its write-ahead log: a stopped Java bookie leaves most of its index
         # there (see tests/vectors/java_bookie_dirs), and it is recovered here.
         try:
@@ -271,6 +340,27 @@ class RocksStore:
         if not self.read_only:
             self.db.flush_wal(True)
 
+    def record_checkpoint(self) -> None:
+        """Sync the store and record in CHECKPOINT_FILE the sequence number it has made durable.
+
+        The number is read BEFORE the sync: every write up to it is durable once the sync returns, even
+        if other threads write meanwhile. Not recording (an I/O error here) only weakens the next open's
+        check, so an error is logged, not raised."""
+        with self._lock:
+            db = self._db
+            if db is None or self.read_only:
+                return
+            seq = db.latest_sequence_number()
+            db.flush_wal(True)
+            if seq == self._recorded_seq:
+                return
+            try:
+                write_checkpoint(self.path, seq)
+            except OSError as err:
+                log.warning("cannot record the checkpoint of RocksDB store %s: %s", self.path, err)
+                return
+            self._recorded_seq = seq
+
     def close(self) -> None:
         with self._lock:
             db, self._db = self._db, None
@@ -378,6 +468,12 @@ class ScopedStorePair:
         self._plain.sync()
         if self._scoped is not None:
             self._scoped.sync()
+
+    def record_checkpoint(self) -> None:
+        """RocksStore.record_checkpoint of each open store."""
+        self._plain.record_checkpoint()
+        if self._scoped is not None:
+            self._scoped.record_checkpoint()
 
     def close(self) -> None:
         self._plain.close()

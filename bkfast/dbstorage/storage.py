@@ -222,10 +222,11 @@ class DbLedgerStorage:
             d.flush()
 
     def checkpoint(self) -> None:
-        """flush(), paced while adds arrive (see SingleDirectoryDbLedgerStorage.flush); the Bookie
-        persists its journal lastMark after this returns."""
+        """flush(), paced while adds arrive (see SingleDirectoryDbLedgerStorage.flush), and each index
+        store's durable sequence number recorded (checked at the next open); the Bookie persists its
+        journal lastMark after this returns."""
         for d in self._dirs:
-            d.flush(paced=True)
+            d.checkpoint()
 
     def close(self) -> None:
         """Flush, close the entry loggers and release every RocksDB handle (reopenable in-process)."""

@@ -321,10 +321,13 @@ def _read(conn, request, reply) -> None:
         return
     conn.reads_started(1)
 
-    def woken():
+    def answer_woken():
         conn.reads_finished(1)
         answer()
         conn.respond()
+
+    def woken():
+        conn.when_output_room(answer_woken)
 
     waiter = bookie.watch_lac(scope, ledger_id, previous_lac, woken)
 
