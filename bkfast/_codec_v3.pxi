@@ -201,7 +201,7 @@ def decode_v3_adds(list frames, Py_ssize_t start=0):
 
 
 def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_of, dict busy,
-                   Py_ssize_t out_limit=-1):
+                   Py_ssize_t out_limit=-1, Py_ssize_t max_misses=-1):
     """Answer the run of plain v3 READ_ENTRY requests that starts at frames[start] from memory.
 
     `lookup(ledger_id, entry_id, scope_id)` returns the cached entry or None (not in memory: the caller
@@ -211,7 +211,8 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
     pool: their reads are misses too, so answers of one ledger keep their order (clients match v2 answers
     in order, and Java's bookie answers a ledger's reads in order); a miss adds its ledger to `busy`
     (value 0: the caller counts). It stops early once `out` holds `out_limit` bytes or more (a connection's
-    output bound; -1 = none). Returns (end, misses): misses are (ledger_id, entry_id, txn_id, scope_id).
+    output bound; -1 = none), and once it has `max_misses` misses (the reads the connection may still put on
+    the read pool; -1 = none). Returns (end, misses): misses are (ledger_id, entry_id, txn_id, scope_id).
     """
     cdef Py_ssize_t i = start, n = len(frames)
     cdef list misses = []
@@ -223,6 +224,8 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
     cdef bint have_lac = False
     while i < n:
         if out_limit >= 0 and out.length - out.start >= out_limit:
+            break
+        if max_misses >= 0 and len(misses) >= max_misses:
             break
         obj = frames[i]
         if type(obj) is not bytes:
@@ -249,7 +252,8 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
     return i, misses
 
 
-def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict busy, Py_ssize_t out_limit=-1):
+def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict busy, Py_ssize_t out_limit=-1,
+                   Py_ssize_t max_misses=-1):
     """Answer the run of plain v2 READ requests (versions 1 and 2, no fencing) that starts at
     frames[start] from memory, as serve_v3_reads does. Returns (end, misses): misses are
     (ledger_id, entry_id, version)."""
@@ -261,6 +265,8 @@ def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict
     cdef int64_t ledger_id, entry_id
     while i < n:
         if out_limit >= 0 and out.length - out.start >= out_limit:
+            break
+        if max_misses >= 0 and len(misses) >= max_misses:
             break
         obj = frames[i]
         if type(obj) is not bytes:

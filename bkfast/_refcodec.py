@@ -380,12 +380,15 @@ def decode_v2_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
     return adds, ids, i
 
 
-def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit: int = -1) -> tuple[int, list]:
+def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit: int = -1,
+                   max_misses: int = -1) -> tuple[int, list]:
     """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory."""
     misses: list = []
     i = start
     while i < len(frames):
         if out_limit >= 0 and len(out) >= out_limit:
+            break
+        if 0 <= max_misses <= len(misses):
             break
         frame = frames[i]
         if type(frame) is not bytes or len(frame) < 20:

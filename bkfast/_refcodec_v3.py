@@ -162,12 +162,15 @@ def decode_v3_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
     return adds, ids, i
 
 
-def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, out_limit: int = -1) -> tuple[int, list]:
+def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, out_limit: int = -1,
+                   max_misses: int = -1) -> tuple[int, list]:
     misses: list = []
     i = start
     cached_lac = None
     while i < len(frames):
         if out_limit >= 0 and len(out) >= out_limit:
+            break
+        if 0 <= max_misses <= len(misses):
             break
         frame = frames[i]
         if type(frame) is not bytes:

@@ -201,3 +201,42 @@ def test_long_polls_woken_together_are_all_answered_as_the_client_reads(tmp_path
         assert all(a.status == pb.EOK and a.readResponse.body[-(1 << 20):] == b"L" * (1 << 20) for a in answers)
     finally:
         b.stop()
+
+
+def test_client_that_never_reads_answers_of_entries_not_in_memory_cannot_grow_the_bookie(tmp_path):
+    """Reads that memory cannot answer go to the read pool, where each brings back a whole entry: a
+    connection may have at most 4x its output limit of them in flight (at least 8 reads). Before, one
+    socket read's 2,000 READs of 1 MiB entries were all put on the pool at once: 2 GB of answers."""
+    entries = 48
+    args = ("-D", "waitTimeoutOnResponseBackpressureMs=4000", "-D", "dbStorage_readAheadCacheMaxSizeMb=1",
+            "-D", "dbStorage_readAheadCacheBatchSize=1")
+    b = BookieProcess(tmp_path, *args).start()
+    try:
+        with b.connect() as c:
+            for e in range(entries):
+                c.send_raw(encode_add_request(KEY, 6, e, e - 1, (e + 1) << 20, bytes([e]) * (1 << 20), CRC))
+            for _ in range(entries):
+                assert decode_response(c.recv_body()).rc == 0
+    finally:
+        assert b.stop() == 0
+    b = BookieProcess(tmp_path, *args).start()   # nothing of ledger 6 in memory any more
+    try:
+        rss_before = _rss_bytes(b.pid)
+        attacker = socket.socket()
+        attacker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        attacker.connect((b.host, b.port))
+        attacker.sendall(b"".join(encode_read_request(6, i % entries) for i in range(2000)))
+        peak = rss_before
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            peak = max(peak, _rss_bytes(b.pid))
+            time.sleep(0.02)
+        assert peak - rss_before < 200 * 1024 * 1024, (rss_before, peak)
+        assert "bookie-read" not in b.log(tail=None)    # no read failed on the pool
+        with b.connect() as c:  # other connections are served, from the disk too
+            c.send_raw(encode_read_request(6, entries - 1))
+            r = decode_response(c.recv_body())
+            assert r.rc == 0 and bytes(r.data[-1:]) == bytes([entries - 1])
+        attacker.close()
+    finally:
+        b.stop()

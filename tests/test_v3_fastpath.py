@@ -197,6 +197,24 @@ def test_serve_v2_reads_takes_plain_reads_only(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_serve_reads_stop_at_the_misses_the_connection_may_still_queue(impl):
+    # A run of reads ends once it has max_misses misses (the connection's room on the read pool); hits
+    # do not count, and the frame that would be one miss too many is left for later.
+    store = {(4, 1): b"hit"}
+    v2 = [impl.encode_read_request(led, e)[4:] for led, e in ((3, 0), (4, 1), (5, 2), (6, 3))]
+    out = impl.FrameBuilder()
+    end, misses = impl.serve_v2_reads(v2, 0, out, lambda led, e, s: store.get((led, e)), {}, -1, 2)
+    assert end == 3 and misses == [(3, 0, 2), (5, 2, 2)]
+    assert bytes(impl.decode_response(out.take()[4:]).data) == b"hit"
+    end, misses = impl.serve_v2_reads(v2, 0, impl.FrameBuilder(), lambda led, e, s: None, {}, -1, 2)
+    assert end == 2 and misses == [(3, 0, 2), (4, 1, 2)]
+    v3 = [_read_request(9, e, 20 + e) for e in range(4)]
+    end, misses = impl.serve_v3_reads(v3, 0, impl.FrameBuilder(), lambda led, e, s: None, lambda s, led: 0, {},
+                                      -1, 3)
+    assert end == 3 and misses == [(9, 0, 20, 0), (9, 1, 21, 0), (9, 2, 22, 0)]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @settings(max_examples=100, deadline=None)
 @given(ledger=st.integers(0, (1 << 63) - 1), entry=I64, lac=I64, txn=U64, payload=st.binary(max_size=100),
        digest=st.sampled_from([1, 3, 4]))

@@ -55,8 +55,12 @@ log = logging.getLogger(__name__)
 
 # Pause reading from a connection with this many adds in flight; resume below half of it.
 CONNECTION_MAX_INFLIGHT_ADDS = 10000
-# Reads of one connection queued on the read pool or waiting as long polls before it stops taking more.
+# Reads of one connection queued on the read pool or waiting as long polls before it stops taking more;
+# fewer when its answers are big: what they bring back stays within READ_POOL_OUTPUT_FACTOR times the
+# connection's output limit (at least CONNECTION_MIN_PENDING_READS reads).
 CONNECTION_MAX_PENDING_READS = 512
+CONNECTION_MIN_PENDING_READS = 8
+READ_POOL_OUTPUT_FACTOR = 4
 RECV_BUFFER_SIZE = 256 * 1024  # bytes per socket read (Twisted's default is 64 KiB)
 
 # Block reasons: why a connection takes no more requests for now.
@@ -193,6 +197,9 @@ class BookieServerProtocol(protocol.Protocol):
         self.connected = False
         self.inflight_adds = 0
         self.pending_reads = 0
+        # Recent pool answers' size, biased to the largest; None until the first (the limit is then the least).
+        self.read_answer_size: int | None = None
+        self.pending_reads_limit = self._pending_reads_limit()
         # ledger id -> reads of it queued on the read pool: its later reads queue behind them (in order).
         self.reading_ledgers: dict[int, int] = {}
         self.peer = "?"
@@ -532,6 +539,11 @@ class BookieServerProtocol(protocol.Protocol):
         reading = self.reading_ledgers
 
         def delivered(result):
+            size = _answer_size(result)
+            if size:
+                previous = self.read_answer_size
+                self.read_answer_size = size if previous is None else max(size, previous * 3 // 4)
+                self.pending_reads_limit = self._pending_reads_limit()
             left = reading.get(ledger_id, 1) - 1
             if left > 0:
                 reading[ledger_id] = left
@@ -551,15 +563,35 @@ class BookieServerProtocol(protocol.Protocol):
         reading[ledger_id] = reading.get(ledger_id, 0) + 1
         self.reads_started(1)
 
+    def _pending_reads_limit(self) -> int:
+        if self.read_answer_size is None:
+            return CONNECTION_MIN_PENDING_READS
+        budget = READ_POOL_OUTPUT_FACTOR * self.factory.output_limit
+        return max(CONNECTION_MIN_PENDING_READS,
+                   min(CONNECTION_MAX_PENDING_READS, budget // max(self.read_answer_size, 1)))
+
+    def read_room(self) -> int:
+        """How many more reads this connection may put on the read pool now (at least 1: that one blocks it)."""
+        return max(1, self.pending_reads_limit - self.pending_reads)
+
     def reads_started(self, n: int) -> None:
         self.pending_reads += n
-        if self.pending_reads >= CONNECTION_MAX_PENDING_READS:
+        if self.pending_reads >= self.pending_reads_limit:
             self.block(READS)
 
     def reads_finished(self, n: int) -> None:
         self.pending_reads -= n
-        if READS in self.blocked and self.pending_reads < CONNECTION_MAX_PENDING_READS // 2:
+        if READS in self.blocked and self.pending_reads < self.pending_reads_limit // 2:
             self.unblock(READS)
+
+
+def _answer_size(result) -> int:
+    """Bytes a read-pool result brings back: an entry, or a list of entries (batch reads); 0 otherwise."""
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return len(result)
+    if isinstance(result, (list, tuple)):
+        return sum(len(e) for e in result if isinstance(e, (bytes, bytearray, memoryview)))
+    return 0
 
 
 TOO_MANY = BKTooManyRequestsException("the bookie is throttling requests: too many pending")

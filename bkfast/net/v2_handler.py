@@ -51,7 +51,8 @@ def handle_run(conn, frames: list, i: int) -> int:
     lookup = factory.read_cached
     if lookup is not None:
         t0 = perf_counter()
-        j, misses = serve_v2_reads(frames, i, conn.out, lookup, conn.reading_ledgers, factory.output_limit)
+        j, misses = serve_v2_reads(frames, i, conn.out, lookup, conn.reading_ledgers, factory.output_limit,
+                                   conn.read_room())
         if j > i:
             conn.bookie.count_reads_from_memory(j - i - len(misses), perf_counter() - t0)
             for ledger_id, entry_id, version in misses:

@@ -57,7 +57,7 @@ def handle_run(conn, frames: list, i: int) -> int:
     if lookup is not None:
         t0 = perf_counter()
         j, misses = serve_v3_reads(frames, i, conn.out, lookup, _lac_of(conn.bookie), conn.reading_ledgers,
-                                   factory.output_limit)
+                                   factory.output_limit, conn.read_room())
         if j > i:
             conn.bookie.count_reads_from_memory(j - i - len(misses), perf_counter() - t0)
             for ledger_id, entry_id, txn, scope in misses:
