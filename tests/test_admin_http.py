@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from bkfast import BookKeeper
 from bkfast.cli.local_cluster import LocalBookie, free_port
 from bkfast.http.admin_api import ENDPOINTS
+from bkfast.http.autorecovery_api import ENDPOINTS as AUTORECOVERY_ENDPOINTS
 
 from .client_cluster import Cluster
 
@@ -76,7 +77,8 @@ def error(api, path, status, method="GET", body=None, raw=None, **params) -> str
 
 def test_openapi_describes_every_endpoint():
     described = {(path, method.upper()) for path, ops in OPENAPI["paths"].items() for method in ops}
-    served = {("/api/v1/" + path, method) for path, methods in ENDPOINTS.items() for method in methods}
+    served = {("/api/v1/" + path, method) for path, methods in {**ENDPOINTS, **AUTORECOVERY_ENDPOINTS}.items()
+              for method in methods}
     assert described == served
 
 
@@ -279,6 +281,8 @@ def test_fuzz_every_endpoint_never_answers_5xx(api, operation):
 
     fuzz()
     assert api.http_bookie.alive()
+    if operation[0] == "/api/v1/autorecovery/status":   # the fuzz may have disabled it: the later tests need it on
+        assert call(api, operation[0], "PUT", enabled="true")[0] == 200
 
 
 def test_autorecovery_endpoints_are_served_by_the_bookie(api):

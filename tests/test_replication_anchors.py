@@ -8,6 +8,9 @@ reported once (metric + log naming the entries) and not retried in a loop."""
 from __future__ import annotations
 
 import logging
+import re
+import shutil
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -18,12 +21,14 @@ from bkfast.conf import ServerConfiguration
 from bkfast.http import autorecovery_api
 from bkfast.http.admin_api import _ApiError, _Services
 from bkfast.ids import LedgerId
-from bkfast.reactor import call
+from bkfast.reactor import call, start_reactor_thread
+from bkfast.replication.auditor import Auditor
 from bkfast.replication.checker import bad_bookies, striped_sample
+from bkfast.replication.copier import ByteRateLimiter
 from bkfast.replication.rereplicate import DELETED, FAILED, LOST, OK, UNAFFECTED
 from bkfast.replication.stats import ReplicationCollector, ReplicationStats
 from bkfast.replication.worker import ReplicationWorker
-from bkfast.replication.zk_urm import UnderReplicationManager
+from bkfast.replication.zk_urm import CHECK_ALL_LEDGERS_CTIME, UnderReplicationManager
 
 from .client_cluster import Cluster
 from .replication_support import check_replicas, shell, shell_json
@@ -157,6 +162,149 @@ def test_decommission_live_bookie(cluster, bk):
         check_replicas(bk, lid, bk.get_ledger_metadata(lid), {live.bookie_id}, expected)
     live.stop()                                           # it has no cookie any more: it leaves for good
     cluster.bookies.remove(live)
+
+
+def _wait(what, predicate, timeout=30.0, step=0.1):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+    return value
+
+
+def _auditor(cluster, bk, **intervals):
+    conf = ServerConfiguration({"metadataServiceUri": cluster.metadata_uri, "lostBookieRecoveryDelay": 0,
+                                **intervals})
+    urm = UnderReplicationManager(cluster.zk, cluster.root)
+    return Auditor(cluster.zk, cluster.root, "hierarchical", urm, conf, bk.async_client, ReplicationStats(), call)
+
+
+def test_auditor_periodic_bookie_check_and_check_all_ledgers(cluster, bk):
+    """auditorPeriodicBookieCheckInterval re-marks what a lost bookie holds; auditorPeriodicCheckInterval
+    (checkAllLedgers) marks the ledgers of a registered bookie that lost its data (restarted empty, as after a
+    disk replacement), and writes checkallledgersctime. Marks in Java's text format."""
+    for lid in bk.list_ledgers():
+        bk.delete_ledger(lid)
+    urm = UnderReplicationManager(cluster.zk, cluster.root)
+    alive = [b for b in cluster.bookies if b.alive()]
+    wiped, other = alive[1], alive[2]
+    on_wiped = [_closed_ledger(bk, 8, on=wiped.bookie_id)[0] for _ in range(3)]
+    for _ in range(50):
+        healthy, _ = _closed_ledger(bk, 8, e=2, w=2, a=2)
+        if wiped.bookie_id not in bk.get_ledger_metadata(healthy).all_bookies:
+            break
+        bk.delete_ledger(healthy)
+    mark_text = re.compile(rb'replica: "%s"\nctime: (\d+)\n' % re.escape(wiped.bookie_id.encode()))
+
+    # 1. the wiped bookie stopped: the first audit marks its ledgers; marks lost later (an operator's unmark)
+    #    come back by the periodic bookie check alone (no bookie changes any more)
+    wiped.stop()
+    _wait("the registration to go", lambda: wiped.bookie_id not in _registered(cluster))
+    auditor = _auditor(cluster, bk, auditorPeriodicBookieCheckInterval=1, auditorPeriodicCheckInterval=0)
+    auditor.start()
+    try:
+        _wait("the first audit's marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
+        for lid in on_wiped:
+            assert mark_text.fullmatch(cluster.zk.get(urm.mark_path(lid))[0])
+            urm.unmark(lid)
+        _wait("the periodic bookie check's marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
+    finally:
+        auditor.stop()
+    for lid in on_wiped:
+        urm.unmark(lid)
+
+    # 2. it comes back empty under the same id (data dirs wiped, cookie deleted): registered, so only
+    #    checkAllLedgers' reads find the lost replicas
+    for name in ("journal", "ledgers"):
+        shutil.rmtree(wiped.data_dir / name)
+    cluster.zk.delete(f"{cluster.root}/cookies/{wiped.bookie_id}")
+    wiped.start()
+    cluster.wait_registered(len(alive))
+    ctime_path = f"{urm.base}/{CHECK_ALL_LEDGERS_CTIME}"
+    if cluster.zk.exists(ctime_path):
+        cluster.zk.delete(ctime_path)
+    started_ms = int(time.time() * 1000)
+    auditor = _auditor(cluster, bk, auditorPeriodicBookieCheckInterval=0, auditorPeriodicCheckInterval=1)
+    auditor.start()
+    try:
+        _wait("checkAllLedgers' marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
+        assert auditor.last_audit["marksWritten"] == 0           # the bookie audit saw nothing lost
+        for lid in on_wiped:
+            assert mark_text.fullmatch(cluster.zk.get(urm.mark_path(lid))[0])
+        first = _wait("checkallledgersctime", lambda: urm.get_ctime(CHECK_ALL_LEDGERS_CTIME) > 0 and
+                      urm.get_ctime(CHECK_ALL_LEDGERS_CTIME))
+        assert started_ms <= first <= int(time.time() * 1000)
+        raw = cluster.zk.get(ctime_path)[0]                       # binary CheckAllLedgersFormat, field 1
+        assert raw[0] == 0x08 and len(raw) == 7
+        _wait("a second periodic checkAllLedgers", lambda: urm.get_ctime(CHECK_ALL_LEDGERS_CTIME) > first)
+        assert healthy not in urm.list_marked()
+    finally:
+        auditor.stop()
+    for lid in on_wiped:
+        urm.unmark(lid)
+    cluster.zk.delete(ctime_path)
+    for lid in bk.list_ledgers():
+        bk.delete_ledger(lid)
+    assert other.alive()
+
+
+def test_replication_rate_by_bytes_throttles_the_worker(cluster, bk):
+    """A worker with replicationRateByBytes = R copies B bytes in at least B / R seconds (the bucket starts
+    empty, as Guava's; 10 % of slack for the estimate corrections still unpaid at the end)."""
+    rate = 50_000
+    alive = [b for b in cluster.bookies if b.alive()]
+    stopped = alive[0]
+    lh = None
+    for _ in range(50):
+        lh = bk.create_ledger(2, 2, 2, password=PASSWORD)
+        if stopped.bookie_id in lh.metadata.ensembles[0][1]:
+            break
+        lh.close()
+        bk.delete_ledger(lh.ledger_id)
+    payloads = [bytes([i]) * 1000 for i in range(100)]
+    lh.add_entries(payloads)
+    lh.close()
+    stopped.stop()
+    cluster.wait_registered(len(alive) - 1)
+    try:
+        stats = ReplicationStats()
+        conf = ServerConfiguration({"metadataServiceUri": cluster.metadata_uri, "replicationRateByBytes": rate})
+        urm = UnderReplicationManager(cluster.zk, cluster.root)
+        urm.mark(lh.ledger_id, [stopped.bookie_id])
+        assert urm.try_lock(lh.ledger_id)
+        started = time.monotonic()
+        worker = ReplicationWorker(cluster.zk, cluster.root, urm, conf, bk.async_client, stats, call)
+        assert worker.process(lh.ledger_id) == OK
+        elapsed = time.monotonic() - started
+        assert stats.bytes_copied >= 100_000
+        assert elapsed >= 0.9 * stats.bytes_copied / rate, (elapsed, stats.bytes_copied)
+        check_replicas(bk, lh.ledger_id, bk.get_ledger_metadata(lh.ledger_id), {stopped.bookie_id},
+                       dict(enumerate(payloads)))
+        bk.delete_ledger(lh.ledger_id)
+    finally:
+        stopped.start()
+        cluster.wait_registered(len(alive))
+
+
+def test_byte_rate_limiter_paces_acquires_and_charges():
+    """ByteRateLimiter directly: n acquires of k bytes at rate r take at least n*k/r; bytes charged after an
+    acquire are paid by the next one; rate <= 0 never waits."""
+    start_reactor_thread()
+    from twisted.internet import reactor
+
+    async def paced(rate, sizes, charge=0):
+        limiter = ByteRateLimiter(rate, reactor)
+        started = time.monotonic()
+        for n in sizes:
+            await limiter.acquire(n)
+            limiter.charge(charge)
+        return time.monotonic() - started
+
+    assert call(lambda: defer.ensureDeferred(paced(1_000_000, [25_000] * 16)), timeout=30) >= 0.4
+    assert call(lambda: defer.ensureDeferred(paced(1_000_000, [1, 1], charge=300_000)), timeout=30) >= 0.3
+    unlimited = ByteRateLimiter(-1, reactor)
+    assert unlimited.unlimited and unlimited.acquire(10**12).called
 
 
 def test_3220_empty_closed_ledger_and_4872_lost_only_replica(cluster, bk, caplog):

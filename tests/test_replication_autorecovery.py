@@ -1,12 +1,18 @@
 """AutoRecovery acceptance on 5 real `bkfast bookie` processes with autoRecoveryDaemonEnabled=true and a real
-ZooKeeper: kill -9 of a bookie under live writers heals the cluster; `--disable` holds replication; the
-auditor's bookie killed -9 hands the election over and marks made before are still processed."""
+ZooKeeper: kill -9 of a bookie under live writers heals the cluster while the writers keep writing;
+`PUT /api/v1/autorecovery/trigger_audit` on a bookie's admin port audits a loss held back by
+lostBookieRecoveryDelay at once; `--disable` holds replication; the auditor's bookie killed -9 hands the
+election over and marks made before are still processed."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -54,13 +60,24 @@ def _wait(what, predicate, timeout=120.0, step=0.25):
         time.sleep(step)
 
 
-def _metrics(bookie) -> dict[str, float]:
-    """The bookie_replication_* samples of a bookie's /metrics (its HTTP port is in its log)."""
-    import re
-    import urllib.request
+def _admin_port(bookie) -> int:
+    """A bookie's admin HTTP port (httpServerPort=0: it is in its log)."""
+    return int(re.findall(r"admin HTTP server listening on [\d.]+:(\d+)", bookie.log_path.read_text())[-1])
 
-    port = re.findall(r"admin HTTP server listening on [\d.]+:(\d+)", bookie.log_path.read_text())[-1]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+def _admin(bookie, method: str, path: str, body=None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://127.0.0.1:{_admin_port(bookie)}/api/v1/{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode().strip()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode().strip()
+
+
+def _metrics(bookie) -> dict[str, float]:
+    """The bookie_replication_* samples of a bookie's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{_admin_port(bookie)}/metrics", timeout=10).read().decode()
     return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
             if line.startswith("bookie_replication_")}
 
@@ -116,7 +133,10 @@ def test_kill_9_one_bookie_under_live_writers_heals(cluster):
             for b in bk.get_ledger_metadata(lid).all_bookies:
                 counts[b] = counts.get(b, 0) + 1
         victim = max((b for b in counts if b != auditor), key=counts.get)
+        on_victim = [w for w in writers if victim in bk.get_ledger_metadata(w.lh.ledger_id).last_ensemble[1]]
+        assert on_victim
         cluster.by_id(victim).kill()                               # kill -9, for good
+        acked_at_kill = {w: len(w.acked) for w in writers}
         started = time.monotonic()
         _wait("every mark gone and no segment on the dead bookie",
               lambda: _healed(bk, urm, all_ids, {victim}), 150, 0.5)
@@ -128,6 +148,11 @@ def test_kill_9_one_bookie_under_live_writers_heals(cluster):
             w.join(30)
         alive = [w for w in writers if w.error is None]
         assert alive, "every writer was stopped"
+        # the writers kept writing after the kill: every one not fenced, and at least one of those whose
+        # ensemble held the victim (its own ensemble change)
+        assert all(len(w.acked) > acked_at_kill[w] for w in alive), [(len(w.acked), acked_at_kill[w]) for w in alive]
+        assert any(len(w.acked) > acked_at_kill[w] for w in on_victim if w.error is None), \
+            [(len(w.acked), acked_at_kill[w], w.error) for w in on_victim]
         for w in writers:
             if w.error is None:
                 w.lh.close()
@@ -182,6 +207,48 @@ def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
     finally:
         bk.close()
         assert shell(cluster, "lostbookierecoverydelay", "--set", "0").returncode == 0
+
+
+def test_trigger_audit_over_http_audits_a_delayed_loss_now(cluster):
+    urm = _urm(cluster)
+    auditor_id = _wait("an auditor", lambda: current_auditor(cluster.zk, cluster.root), 60)
+    alive = [b for b in cluster.bookies if b.alive()]
+    gone = next(b for b in alive if b.bookie_id != auditor_id)
+    api = next(b for b in alive if b is not gone)
+    status, text = _admin(api, "PUT", "autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 600})
+    assert (status, text) == (200, "Success set lostBookieRecoveryDelay to 600")
+    bk = BookKeeper(cluster.metadata_uri, timeout=60)
+    try:
+        ledgers: dict[int, dict[int, bytes]] = {}
+        while len(ledgers) < 3:
+            lh = bk.create_ledger(2, 2, 2, password=PASSWORD)
+            payloads = {n: b"trigger-%d-%d" % (lh.ledger_id, n) for n in range(10)}
+            lh.add_entries(list(payloads.values()))
+            lh.close()
+            if gone.bookie_id in lh.metadata.ensembles[0][1]:
+                ledgers[lh.ledger_id] = payloads
+            else:
+                bk.delete_ledger(lh.ledger_id)
+        gone.stop()
+        _wait("the registration to go",
+              lambda: gone.bookie_id not in cluster.zk.get_children(f"{cluster.root}/available"), 30)
+        time.sleep(1.5)
+        assert urm.list_marked() == []                 # the audit waits for the 600 s delay
+        assert _admin(api, "PUT", "autorecovery/trigger_audit") == (200, "Success trigger audit.")
+        _wait("the triggered audit's marks processed", lambda: _healed(bk, urm, list(ledgers), {gone.bookie_id}),
+              60, 0.5)
+        for lid, expected in ledgers.items():
+            check_replicas(bk, lid, bk.get_ledger_metadata(lid), {gone.bookie_id}, expected)
+            bk.delete_ledger(lid)
+        assert _admin(api, "PUT", "autorecovery/status?enabled=false")[0] == 200
+        status, text = _admin(api, "POST", "autorecovery/trigger_audit")
+        assert status == 404 and "disabled" in text
+        assert _admin(api, "PUT", "autorecovery/status?enabled=true")[0] == 200
+    finally:
+        bk.close()
+        assert _admin(api, "PUT", "autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 0})[0] == 200
+        gone.start()
+        cluster.wait_registered(len(alive))
 
 
 def test_disable_then_auditor_failover_processes_earlier_marks(cluster):
