@@ -31,6 +31,7 @@ from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journals import JournalSet
 from bkfast.bookie.lac import LacTracker, LacWaiter
+from bkfast.bookie.read_only import ReadOnlyState
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import (
@@ -67,7 +68,7 @@ def _inline_dispatcher(run: Callable[[list], None], batch: list) -> None:
     run(batch)
 
 
-class Bookie:
+class Bookie(ReadOnlyState):
     """A bookie's storage: journal + ledger storage + checkpoint, driven by callbacks."""
 
     def __init__(self, conf: ServerConfiguration, dispatcher: Callable[[Callable, list], None] | None = None,
@@ -105,17 +106,7 @@ class Bookie:
         self._flush_interval_s = max(conf.get("flushInterval"), 1) / 1000.0
         self.replayed_records = 0
         self.started = False
-        # Read-only bookie: adds are refused with EREADONLY unless high priority (recovery), as Java does
-        # with high-priority writes allowed. Read-only while any reason holds: "forced"
-        # (forceReadOnlyBookie), "admin" (the `read_only` setter), "disk-full" (disk checker), "enospc"
-        # (a write failed for lack of space), "journal-enospc" (a journal stopped: until the disk
-        # checker sees room and every stopped journal recovers in a new file),
-        # "storage-full" (the ledger disk was full at start: see bkfast.bookie.storage_full).
-        self._state_lock = threading.Lock()
-        self._read_only_reasons: set[str] = {"forced"} if conf.get("forceReadOnlyBookie") else set()
-        self._state_listeners: list[Callable[[bool], None]] = []
-        self._shutdown_listeners: list[Callable[[str], None]] = []
-        self.shutdown_reason: str | None = None
+        self._init_read_only_state(conf)
         self.gc = GarbageCollector(self.storage, conf, ledger_exists_source)
         self.disk_checker = DiskChecker(
             [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
@@ -509,109 +500,7 @@ class Bookie:
         self.lac.drop(scope_id, ledger_id)
         log.info("deleted ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
 
-    # --- read-only state, disks, garbage collection -----------------------------------------------------
-    @property
-    def read_only(self) -> bool:
-        return bool(self._read_only_reasons)
-
-    @read_only.setter
-    def read_only(self, value: bool) -> None:
-        """Operator switch (admin API, --read-only). False clears the operator reasons only: a full
-        disk keeps the bookie read-only until the disk checker sees room again."""
-        if value:
-            self._set_read_only_reason("admin", True, "set by the operator")
-        else:
-            self._set_read_only_reason("forced", False, "cleared by the operator")
-            self._set_read_only_reason("admin", False, "cleared by the operator")
-
-    @property
-    def read_only_reasons(self) -> list[str]:
-        return sorted(self._read_only_reasons)
-
-    def add_state_listener(self, listener: Callable[[bool], None]) -> None:
-        """listener(read_only) on every writable <-> read-only transition (from the thread causing it:
-        disk checker, journal, flush or GC thread). The server uses it to move the bookie's registration
-        between available/ and available/readonly/ in ZooKeeper."""
-        self._state_listeners.append(listener)
-
-    def add_shutdown_listener(self, listener: Callable[[str], None]) -> None:
-        """listener(reason) when the bookie shuts itself down (disks full and readOnlyModeEnabled=false)."""
-        self._shutdown_listeners.append(listener)
-
-    def _set_read_only_reason(self, reason: str, on: bool, detail: str) -> None:
-        with self._state_lock:
-            before = bool(self._read_only_reasons)
-            if on:
-                self._read_only_reasons.add(reason)
-            else:
-                self._read_only_reasons.discard(reason)
-            after = bool(self._read_only_reasons)
-        if before == after:
-            return
-        log.warning("bookie is now %s (%s: %s)", "read-only" if after else "writable", reason, detail)
-        for listener in list(self._state_listeners):
-            try:
-                listener(after)
-            except Exception:  # noqa: BLE001 - one listener must not block the others
-                log.exception("bookie state listener failed")
-
-    def _on_disk_state(self, full: bool, detail: str) -> None:
-        if not full:
-            if not self.storage_full.recover(detail) or not self._recover_journal(detail):
-                return                   # still cannot write: the checker reports again at its next check
-            self._set_read_only_reason("enospc", False, detail)
-            self._set_read_only_reason("disk-full", False, detail)
-            return
-        if self.conf.get("readOnlyModeEnabled"):
-            self._set_read_only_reason("disk-full", True, detail)
-            return
-        self._shutdown(f"disks full and readOnlyModeEnabled=false: {detail}")
-
-    def _recover_journal(self, detail: str) -> bool:
-        """The disks have room: every journal stopped by ENOSPC continues in a new file. False: one still
-        fails (those recovered stay recovered; the next disk check retries the rest)."""
-        if "journal-enospc" not in self._read_only_reasons:
-            return True
-        try:
-            self.journals.recover()
-        except Exception as error:  # noqa: BLE001 - still no room: read-only until the next disk check
-            log.warning("the journal disk has room (%s) but a journal cannot start a new file: %s", detail, error)
-            self.disk_checker.full = True
-            return False
-        self._set_read_only_reason("journal-enospc", False, detail)
-        return True
-
-    def _note_io_error(self, error: BaseException) -> None:
-        """A write failed: on ENOSPC/EDQUOT turn read-only now; the disk checker turns writable again
-        once every disk is below diskUsageLwmThreshold."""
-        if not is_no_space(error):
-            return
-        self.disk_checker.full = True  # writable again only through the checker's low-water mark
-        if self.conf.get("readOnlyModeEnabled"):
-            self._set_read_only_reason("enospc", True, f"write failed: {error}")
-        else:
-            self._shutdown(f"no space left and readOnlyModeEnabled=false: {error}")
-
-    def _shutdown(self, reason: str) -> None:
-        if self.shutdown_reason is not None:
-            return
-        self.shutdown_reason = reason
-        log.error("bookie shutting down: %s", reason)
-        self._set_read_only_reason("shutdown", True, reason)
-
-        def run():
-            try:
-                self.stop()
-            except Exception:  # noqa: BLE001 - stopping a bookie whose disks are full may fail
-                log.exception("bookie shutdown failed")
-            for listener in list(self._shutdown_listeners):
-                try:
-                    listener(reason)
-                except Exception:  # noqa: BLE001
-                    log.exception("bookie shutdown listener failed")
-
-        threading.Thread(target=run, name="bookie-shutdown", daemon=True).start()
-
+    # --- garbage collection --------------------------------------------------------------------------
     def gc_state(self) -> dict:
         """Garbage collection state: per-log live ratio, last GC/compaction times, bytes reclaimed."""
         state = self.gc.state()
