@@ -34,7 +34,7 @@ LAYERS = {
     3: ["meta"],
     2: ["codec", "_clientpath", "tls"],
     1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog"],
-    0: ["errors", "_protowire", "_refcodec_v3", "conf_java"],
+    0: ["errors", "_protowire", "_refcodec_v3", "conf_java", "conf_keys"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
 
