@@ -15,8 +15,9 @@ from every bookie of its write set). Checks, per ledger:
                  mark is left for a ledger that could be healed (it exists and every bookie of its
                  ensembles is registered), and every entry of a ledger that was CLOSED before the final
                  check is present on every bookie of its write set (other bytes are durability violations),
-                 but for what BookKeeper itself leaves short (see `_replica_gaps`: counted, not a
-                 violation); each ledger's missing entries are named per bookie and segment.
+                 but for what BookKeeper itself leaves short (one missed run of writes, see `_replica_gaps`:
+                 counted, not a violation); a bookie AutoRecovery put into a segment must hold all of its
+                 share; each ledger's missing entries are named per bookie and segment.
 Stream records are checked by stream_checker.py (its kinds start with ``stream_``).
 
 A violation names its witnesses (history indexes); `slice_for` gives the shortest stretch of history
@@ -219,32 +220,26 @@ def _replica_gaps(md: dict, skip: set[int]) -> list[tuple[str, list[int], int, s
     """(bookie, entries, segment start, why) for every bookie of a closed ledger's segment that does not answer
     (or answers with an error) some entries of its share of the segment, but for the entries in `skip`.
 
-    `why` is None for the pattern BookKeeper allows when a write to a bookie fails after the entry was
-    acknowledged by AQ others: the writer replaces the bookie from the next entry on, so what it misses is
-    the tail of its share of that segment, and it is not at the same index in the next segment (or the
-    segment is the last: the writer was fenced or gave up). Anything else (a hole, a missing head) says why."""
+    `why` is None for what BookKeeper leaves as it is: a bookie that missed one run of consecutive writes of
+    its share (it was down or cut off while AQ others acknowledged them; the writer then replaced it or
+    gave up, and a recovery re-adds only the entries past the LAC, possibly to it again). Scattered holes
+    say why (the caller also reports any gap of a bookie AutoRecovery put into the segment)."""
     out = []
     ensembles = [(int(start), list(bookies)) for start, bookies in md["ensembles"]]
     e, w = md["ewa"][0], md["ewa"][1]
     for n, (start, bookies) in enumerate(ensembles):
         end = (ensembles[n + 1][0] - 1) if n + 1 < len(ensembles) else md["lac"]
-        following = ensembles[n + 1][1] if n + 1 < len(ensembles) else None
         for index, bookie in enumerate(bookies):
-            share = [x for x in range(start, end + 1) if (index - x % e) % e < w]
-            missing = []
+            share = [x for x in range(start, end + 1) if (index - x) % e < w and x not in skip]
+            held = []
             for x in share:
-                if x in skip:
-                    continue
                 answer = md["replicas"].get(str(x), md["replicas"].get(x, {})).get(bookie)
-                if answer is None or answer == "missing" or answer.startswith("error:"):
-                    missing.append(x)
+                held.append(not (answer is None or answer == "missing" or answer.startswith("error:")))
+            missing = [x for x, ok in zip(share, held, strict=True) if not ok]
             if not missing:
                 continue
-            tail = missing == [x for x in share if x >= missing[0] and x not in skip]
-            replaced = following is None or following[index] != bookie
-            why = None if tail and replaced else ("a hole in its share" if not tail else
-                                                  "still at that index in the next segment")
-            out.append((bookie, missing, start, why))
+            runs = sum(1 for i, ok in enumerate(held) if not ok and (i == 0 or held[i - 1]))
+            out.append((bookie, missing, start, None if runs == 1 else f"{runs} separate runs missing"))
     return out
 
 
