@@ -123,6 +123,12 @@ def stream_writer(uri: str, rec, rng: random.Random, until: float, conf: dict, p
             writer = None                  # dropped: its late outcomes are recorded by later sweeps
         time.sleep(rng.uniform(0.0, 0.02))
     sweep(block=WAIT_S)
+    if writer is None:                     # take the stream over once more, so that closing seals it
+        try:
+            writer = ns.open_writer(STREAM, **options)
+            rec("swriter_open", phase="ok", epoch=writer.epoch)
+        except Exception as exc:
+            rec("swriter_open", phase="fail", err=type(exc).__name__)
     if writer is not None:
         try:
             writer.close()
