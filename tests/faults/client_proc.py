@@ -9,10 +9,10 @@ Roles (``python -m tests.faults.client_proc ROLE URI HISTORY SEED SECONDS [HINT]
   * ``tailer``    follows open ledgers without recovery, reading entries as their LAC moves;
   * ``swriter``, ``sreader``  append to / tail the named log stream ``faults`` (blocking API; see
                   stream_roles.py for their events);
-  * ``final``     after the faults are healed: waits (bounded) until AutoRecovery has left no
-                  under-replication mark, recovers every ledger and reads it, and every entry from every
-                  bookie of its write set, reads the stream from the start; notes the marks still left and
-                  the registered bookies; writes the result as JSON to HISTORY.
+  * ``final``     after the faults are healed: waits (at most HINT seconds, if given) until AutoRecovery
+                  has left no under-replication mark and notes the marks still left and the registered
+                  bookies, then recovers every ledger and reads it, and every entry from every bookie of its
+                  write set, and reads the stream from the start; writes the result as JSON to HISTORY.
 
 Every operation goes to the HISTORY file as one JSON line with its time (CLOCK_MONOTONIC in ns, which
 all processes on the machine share), the process name and its outcome. Payloads are never written,
@@ -321,11 +321,6 @@ async def final(reactor, bk, out_path: str, until: float, uri: str = "", settle_
     from .stream_roles import final_stream
 
     result["stream"] = await final_stream(reactor, bk, PASSWORD, until, bounded, sleep)
-    if settle_s > 0:                       # what is still marked after the final recoveries too
-        try:
-            result["replication_after"] = _replication_state(uri)
-        except Exception as exc:
-            result["replication_after"] = {"error": f"{type(exc).__name__}: {exc}"}
     with open(out_path + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(out_path + ".tmp", out_path)
@@ -382,7 +377,7 @@ def main_blocking(role: str, uri: str, history: str, seed: str, seconds: str) ->
     until = time.monotonic() + float(seconds)
     rng = random.Random(f"{seed}/{role}/{os.path.basename(history)}")
     rec = History(history, os.path.basename(history).rsplit(".", 1)[0])
-    conf = {k: v for k, v in CLIENT_CONF.items()}
+    conf = dict(CLIENT_CONF)
     if role == "swriter":
         stream_roles.stream_writer(uri, rec, rng, until, conf, PASSWORD)
     else:
