@@ -7,7 +7,8 @@ sees; only the first 16 hex digits of the value's SHA-256 go to the history. Eve
     a timeout: the record may or may not be in the stream, like Jepsen's indeterminate operations);
   * ``sread`` {recs: [[segment, entry, slot, seq, h], ...]} one per successful read call, in read order;
   * ``sreopen`` {at: position, err} the reader failed and resumes at the position after its last record;
-  * ``swriter_open`` ok/fail: a (new) writer took the stream over (after any failure the old one is dropped).
+  * ``swriter_open`` ok/fail: a (new) writer took the stream over (after any failure the old one is dropped;
+    `takeover`: on purpose, with the old one's appends in flight).
 The final read (`final_stream`) reads the whole stream from the start after healing.
 Owns the stream workload and nothing else: the history file and timing helpers are client_proc's.
 """
@@ -60,7 +61,8 @@ def _namespace(uri: str, until: float, conf: dict):
 
 def stream_writer(uri: str, rec, rng: random.Random, until: float, conf: dict, password: bytes) -> None:
     """Append records with 1 to 32 in flight; any error or timeout drops the writer and opens a new one
-    (which fences the old). Outcomes that arrive late, from a dropped writer too, are still recorded."""
+    (which fences the old), and every 3 to 10 s a new writer takes over while the old one's records are
+    in flight. Outcomes that arrive late, from a dropped writer too, are still recorded."""
     from bkfast.errors import StreamExistsError
 
     ns = _namespace(uri, until, conf)
@@ -77,6 +79,7 @@ def stream_writer(uri: str, rec, rng: random.Random, until: float, conf: dict, p
                "max_batch_records": rng.choice([1, 8, 64]), "max_segment_records": rng.choice([200, 500, 2000])}
     outstanding: list = []                  # (seq, h, Pending)
     seq, writer = 0, None
+    takeover_at = time.monotonic() + rng.uniform(3.0, 10.0)
 
     def sweep(block: float = 0.0) -> bool:
         """Record finished appends; True if one failed."""
@@ -115,6 +118,16 @@ def stream_writer(uri: str, rec, rng: random.Random, until: float, conf: dict, p
             burst.append((seq, h, writer.write(value)))
             seq += 1
         outstanding.extend(burst)
+        if time.monotonic() >= takeover_at:    # a new writer fences this one while its burst is in flight
+            takeover_at = time.monotonic() + rng.uniform(3.0, 10.0)
+            try:
+                writer = ns.open_writer(STREAM, **options)
+                rec("swriter_open", phase="ok", epoch=writer.epoch, takeover=True)
+            except Exception as exc:
+                rec("swriter_open", phase="fail", err=type(exc).__name__, takeover=True)
+                writer = None
+            sweep()
+            continue
         stuck = False
         for _s, _h, pending in burst:
             _settle(pending, WAIT_S)
