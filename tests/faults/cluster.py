@@ -135,7 +135,7 @@ class FaultCluster:
                 self.net.add_host(name)
 
     def run_client(self, host: str, role: str, history: Path, seconds: float, wait: bool = False,
-                   seed: int = 0, hint: Path | None = None) -> subprocess.Popen:
+                   seed: int = 0, hint: Path | str | None = None) -> subprocess.Popen:
         """Start tests/faults/client_proc.py as `role` in `host`'s namespace (logs to <history>.log)."""
         cmd = self.net.exec_prefix(host) + [sys.executable, "-m", "tests.faults.client_proc", role, self.metadata_uri,
                                             str(history), str(seed), str(seconds)] + ([str(hint)] if hint else [])

@@ -19,7 +19,7 @@ A violation's witnesses are history indexes (the append, or the reader's read ev
 
 from __future__ import annotations
 
-from .checker import Violation
+from .checker import Violation, _ranges
 
 __all__ = ["check_stream", "STREAM_OPS", "STREAM"]
 
@@ -140,13 +140,3 @@ def _witness(seq: int, invoked: dict, acked: dict) -> int:
 
 def _p(rec) -> str:
     return ":".join(str(x) for x in tuple(rec)[:3])
-
-
-def _ranges(ids: list[int]) -> str:
-    out: list[list[int]] = []
-    for x in ids:
-        if out and out[-1][1] == x - 1:
-            out[-1][1] = x
-        else:
-            out.append([x, x])
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
