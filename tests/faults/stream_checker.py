@@ -30,7 +30,8 @@ MAX_PER_KIND = 20
 
 def check_stream(history: list[dict], final: dict) -> tuple[list[Violation], dict]:
     """(violations, stats) for the stream; stats: stream_records_checked, stream_records_read,
-    stream_indeterminate, stream_indeterminate_present."""
+    stream_indeterminate (appends that failed, timed out or never answered: the writer was killed) and
+    stream_indeterminate_present (how many of those are in the stream)."""
     out: list[Violation] = []
     count: dict[str, int] = {}
 
@@ -41,7 +42,6 @@ def check_stream(history: list[dict], final: dict) -> tuple[list[Violation], dic
 
     invoked: dict[int, tuple[int, str]] = {}          # seq -> (index, hash)
     acked: dict[int, tuple[int, str, tuple]] = {}     # seq -> (index, hash, position)
-    failed: dict[int, int] = {}
     reads: dict[str, list[tuple[int, list]]] = {}     # reader -> [(index, rec)] in read order
     ends: dict[str, tuple[int, dict]] = {}
     for i, e in enumerate(history):
@@ -51,15 +51,12 @@ def check_stream(history: list[dict], final: dict) -> tuple[list[Violation], dic
                 invoked[e["seq"]] = (i, e["h"])
             elif e["phase"] == "ok":
                 acked[e["seq"]] = (i, e["h"], tuple(e["pos"]))
-                failed.pop(e["seq"], None)
-            elif e["seq"] not in acked:
-                failed[e["seq"]] = i
         elif op == "sread":
             reads.setdefault(e["p"], []).extend((i, rec) for rec in e["recs"])
         elif op == "sreader_end":
             ends[e["p"]] = (i, e)
     stats = {"stream_records_checked": 0, "stream_records_read": sum(len(r) for r in reads.values()),
-             "stream_indeterminate": len(failed), "stream_indeterminate_present": 0}
+             "stream_indeterminate": len(invoked.keys() - acked.keys()), "stream_indeterminate_present": 0}
     stream = final.get("stream")
     if stream is None or "records" not in stream:
         why = (stream or {}).get("error", "no final read of the stream")
@@ -99,7 +96,7 @@ def check_stream(history: list[dict], final: dict) -> tuple[list[Violation], dic
         elif records[n][4] != h:
             report("stream_lost", f"record {seq} at {_p(pos)}: the stream has bytes {records[n][4]}, the "
                    f"acknowledged ones are {h}", [i])
-    stats["stream_indeterminate_present"] = sum(1 for seq in failed if seq in by_seq)
+    stats["stream_indeterminate_present"] = sum(1 for seq in by_seq if seq in invoked and seq not in acked)
 
     for reader, seen in sorted(reads.items()):
         expect = 0                                    # index in `records` of the next record this reader must see

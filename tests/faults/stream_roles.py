@@ -128,9 +128,9 @@ def stream_writer(uri: str, rec, rng: random.Random, until: float, conf: dict, p
                 writer = None
             sweep()
             continue
-        stuck = False
+        stuck, deadline = False, time.monotonic() + WAIT_S     # one wait for the whole burst
         for _s, _h, pending in burst:
-            _settle(pending, WAIT_S)
+            _settle(pending, deadline - time.monotonic())
             stuck = stuck or not pending.done()
         if sweep() or stuck:
             writer = None                  # dropped: its late outcomes are recorded by later sweeps

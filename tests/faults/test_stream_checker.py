@@ -57,6 +57,10 @@ def test_an_indeterminate_append_may_be_in_the_stream():
     assert found == [] and stats["stream_indeterminate_present"] == 1
     history[-2]["recs"].pop()                              # caught up yet it never read it: a gap
     assert kinds(history, final)[0] == ["stream_gap"]
+    history[-2]["recs"].append([2, 1, 0, 5, h(5)])
+    history = [e for e in history if not (e["op"] == "sappend" and e["phase"] == "fail")]
+    found, _, stats = kinds(history, final)                # the writer was killed before it heard back
+    assert found == [] and stats["stream_indeterminate"] == stats["stream_indeterminate_present"] == 1
 
 
 def test_an_acknowledged_record_missing_from_the_final_stream_is_lost():
