@@ -12,7 +12,8 @@ by creating its ephemeral lock; then:
   once naming the ledger and entries, counted as unrecoverable and the mark dropped, never retried in a loop
   (apache/bookkeeper#4872); other failures (e.g. no bookie to replace with, apache/bookkeeper#3905) -> the lock
   is released after `lockReleaseOfFailedLedgerGracePeriod`/32 * 2^n (n-th failure; the full period from the
-  5th) and the worker backs off `rwRereplicateBackoffMs`.
+  5th) and the worker backs off `rwRereplicateBackoffMs`; an unexpected error (ZooKeeper gone mid-way) releases
+  the lock at once.
 Copies are throttled by `replicationRateByBytes`.
 """
 
@@ -115,7 +116,11 @@ class ReplicationWorker:
             if not self.urm.is_enabled():
                 return False
             if self.urm.try_lock(ledger_id):
-                self.process(ledger_id)
+                try:
+                    self.process(ledger_id)
+                except BaseException:
+                    self._release_after_error(ledger_id)
+                    raise
                 return True
         return False
 
@@ -181,6 +186,14 @@ class ReplicationWorker:
         if outcome.status != FAILED:
             self._failures.pop(ledger_id, None)
         return outcome.status
+
+    def _release_after_error(self, ledger_id: int) -> None:
+        """process() failed half-way (e.g. ZooKeeper went away): release the lock, or it stays held by this
+        live session and no worker ever takes the mark again."""
+        try:
+            self.urm.release_lock(ledger_id)
+        except Exception as err:
+            log.warning("ledger %d: could not release its lock after an error (%s)", ledger_id, err)
 
     def _release_later(self, ledger_id: int, error) -> None:
         """Java's lock release of a failed ledger: after g/32 * 2^n for the n-th failure (n < 5), then g, so

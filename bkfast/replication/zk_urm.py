@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf import text_format
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
 
 from bkfast.errors import BKReplicationException
 from bkfast.proto import DataFormats_pb2 as df
@@ -326,19 +326,40 @@ class UnderReplicationManager:
 
     # --- locks ----------------------------------------------------------------------------------------
     def try_lock(self, ledger_id: int) -> bool:
-        """Create the ephemeral lock; False if another worker holds it."""
+        """Create the ephemeral lock; False if another worker holds it.
+
+        A create whose answer was lost with the connection may have happened: then this session holds the
+        lock and no other worker could take the mark while the session lives. So after a ConnectionLoss the
+        lock counts as ours exactly when its node is owned by this session."""
         self.ensure_layout()
+        path = self.lock_path(ledger_id)
         try:
-            self.zk.create(self.lock_path(ledger_id), encode_lock(self.lock_holder), ephemeral=True)
+            self.zk.create(path, encode_lock(self.lock_holder), ephemeral=True)
             return True
         except NodeExistsError:
             return False
+        except ConnectionLoss:
+            stat = self._retry_on_connection_loss(self.zk.exists, path)
+            session = self.zk.client_id
+            return stat is not None and session is not None and stat.ephemeralOwner == session[0]
 
     def release_lock(self, ledger_id: int) -> None:
+        """Delete the lock; retried while the connection is lost (a lock left behind by a live session would
+        keep every worker away from the mark)."""
         try:
-            self.zk.delete(self.lock_path(ledger_id))
+            self._retry_on_connection_loss(self.zk.delete, self.lock_path(ledger_id))
         except NoNodeError:
             pass
+
+    def _retry_on_connection_loss(self, fn, *args, attempts: int = 60, pause_s: float = 0.5):
+        for attempt in range(attempts):
+            try:
+                return fn(*args)
+            except ConnectionLoss:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(pause_s)
+        return None
 
     def lock_holder_of(self, ledger_id: int) -> str | None:
         try:

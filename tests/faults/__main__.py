@@ -4,6 +4,12 @@ Runs campaigns of at most --campaign-minutes each (a fresh cluster per campaign,
 random faults) until N minutes are used, then prints the totals on stdout: operations, faults (count per
 type), acked_checked, violations, and the seeds. Progress and any violation's history slice go to
 stderr; the histories of a campaign with violations are kept under --keep (default: a temp dir).
+The bookies run AutoRecovery and a stream writer and reader join the workload, so the line also has
+stream_records_checked (acknowledged stream records verified), stream_records_read (by the tailing
+reader), stream_indeterminate(_present) (appends with an unknown outcome, and how many of them are in
+the stream), underreplicated_left (marks still there after the settle wait), rereplicated_segments
+(segments AutoRecovery copied to a new bookie) and replica_entries_missing_at_write (entries a failed
+bookie missed after AQ others acknowledged them, which BookKeeper leaves as they are).
 Needs root (network namespaces) and Debian's iproute2, nftables and zookeeper (`make system-deps`).
 """
 
@@ -22,6 +28,9 @@ from pathlib import Path
 from .campaign import run_campaign
 from .nemesis import FAULTS
 from .netns import netns_available
+
+SUMMED = ("stream_records_checked", "stream_records_read", "stream_indeterminate", "stream_indeterminate_present",
+          "underreplicated_left", "replica_entries_missing_at_write", "rereplicated_segments")
 
 
 def main(argv=None) -> int:
@@ -45,7 +54,8 @@ def main(argv=None) -> int:
     print(f"fault campaigns: first seed {seed} (rerun with --seed {seed})", file=sys.stderr, flush=True)
     deadline = time.monotonic() + args.minutes * 60
     totals = {"operations": 0, "faults": {f: 0 for f in FAULTS}, "acked_checked": 0, "violations": 0,
-              "campaigns": 0, "seeds": [], "ledgers": 0, "unrecovered_ledgers": 0}
+              "campaigns": 0, "seeds": [], "ledgers": 0, "unrecovered_ledgers": 0, "violation_kinds": {},
+              **{key: 0 for key in SUMMED}}
     while True:
         left = deadline - time.monotonic()
         if left < 30 and totals["campaigns"]:
@@ -58,8 +68,10 @@ def main(argv=None) -> int:
                                                  overlap=args.overlap)
         totals["campaigns"] += 1
         totals["seeds"].append(seed)
-        for key in ("operations", "acked_checked", "violations", "ledgers", "unrecovered_ledgers"):
-            totals[key] += summary[key]
+        for key in ("operations", "acked_checked", "violations", "ledgers", "unrecovered_ledgers", *SUMMED):
+            totals[key] += summary.get(key) or 0
+        for kind, n in summary["violation_kinds"].items():
+            totals["violation_kinds"][kind] = totals["violation_kinds"].get(kind, 0) + n
         for kind, n in summary["faults"].items():
             totals["faults"][kind] += n
         if report.violations:

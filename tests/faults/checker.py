@@ -10,7 +10,15 @@ from every bookie of its write set). Checks, per ledger:
   * fencing      no add the writer started after a recovery of its ledger had completed was acknowledged;
   * agreement    every recovery, the writer's own close and the final check see the same last entry,
                  and readers of the closed ledger see the same contents;
-  * no vanishing every entry any reader saw is still there, with the same bytes.
+  * no vanishing every entry any reader saw is still there, with the same bytes;
+  * underreplicated  (AutoRecovery) after healing and the final's bounded settle wait, no under-replication
+                 mark is left for a ledger that could be healed (it exists and every bookie of its
+                 ensembles is registered), and every entry of a ledger that was CLOSED before the final
+                 check is present on every bookie of its write set (other bytes are durability violations),
+                 but for what BookKeeper itself leaves short (one missed run of writes, see `_replica_gaps`:
+                 counted, not a violation); a bookie AutoRecovery put into a segment must hold all of its
+                 share; each ledger's missing entries are named per bookie and segment.
+Stream records are checked by stream_checker.py (its kinds start with ``stream_``).
 
 A violation names its witnesses (history indexes); `slice_for` gives the shortest stretch of history
 that shows it: the events of that ledger (and the nemesis's) from the first witness to the last.
@@ -41,13 +49,14 @@ class Report:
     acked_checked: int
     ledgers: int
     operations: int
+    extra: dict = field(default_factory=dict)       # stream and replication counts
 
     def summary(self) -> dict:
         kinds: dict[str, int] = {}
         for v in self.violations:
             kinds[v.kind] = kinds.get(v.kind, 0) + 1
         return {"operations": self.operations, "ledgers": self.ledgers, "acked_checked": self.acked_checked,
-                "violations": len(self.violations), "violation_kinds": kinds}
+                "violations": len(self.violations), "violation_kinds": kinds, **self.extra}
 
 
 def load_history(paths) -> list[dict]:
@@ -67,7 +76,8 @@ def load_history(paths) -> list[dict]:
 
 
 def _is_operation(e: dict) -> bool:
-    return e.get("phase") in ("ok", "fail") or e["op"] == "read" or (e["op"] == "fault" and e["phase"] == "start")
+    return e.get("phase") in ("ok", "fail") or e["op"] in ("read", "sread") or \
+        (e["op"] == "fault" and e["phase"] == "start")
 
 
 def check(history: list[dict], final: dict) -> Report:
@@ -106,6 +116,7 @@ def check(history: list[dict], final: dict) -> Report:
             reads.append(i)
 
     acked_checked = 0
+    short: set[tuple[int, int]] = set()             # entries reported on too few bookies (not again below)
     for (ledger, entry), i in sorted(acked.items()):
         h = history[i]["h"]
         md = ledgers.get(ledger)
@@ -128,6 +139,7 @@ def check(history: list[dict], final: dict) -> Report:
         other = {b: a for b, a in answers.items() if a != h and a != "missing" and not a.startswith("error:")}
         aq = md["ewa"][2]
         if len(holding) < aq:
+            short.add((ledger, entry))
             violations.append(Violation("durability", ledger, f"entry {entry} is on {len(holding)} bookie(s) of "
                                         f"its write set, fewer than AQ={aq}: {answers}", [i]))
         if other:
@@ -156,8 +168,89 @@ def check(history: list[dict], final: dict) -> Report:
                 violations.append(Violation(kind, e["ledger"], f"{e['p']} read entry {entry} as {h}; the recovered "
                                             f"ledger has {have or 'nothing'} (last entry {md['lac']})", [j]))
                 break
+    extra = _check_replication(ledgers, final, violations, short)
+    from .stream_checker import check_stream
+
+    stream_violations, stream_stats = check_stream(history, final)
+    violations.extend(stream_violations)
+    extra.update(stream_stats)
     operations = sum(1 for e in history if _is_operation(e))
-    return Report(violations, acked_checked, len(ledgers), operations)
+    return Report(violations, acked_checked, len(ledgers), operations, extra)
+
+
+def _check_replication(ledgers: dict, final: dict, violations: list[Violation], short: set) -> dict:
+    """The AutoRecovery checks (when the final recorded the replication state): marks left for healable
+    ledgers, and entries of ledgers closed before the final check missing from a bookie of their write set
+    (but not those `short` of AQ: durability violations already)."""
+    state = final.get("replication")
+    if state is None:
+        return {}
+    available = set(state.get("available", []))
+    marks = {int(k): v for k, v in state.get("marks", {}).items()}
+    for ledger, replicas in sorted(marks.items()):
+        md = ledgers.get(ledger)
+        if md is None:
+            continue                                  # gone or unreadable: the durability check names it
+        bookies = {b for _start, ens in md["ensembles"] for b in ens}
+        if bookies <= available:
+            violations.append(Violation("underreplicated", ledger, f"still marked under-replicated (missing "
+                                        f"{replicas}) {state.get('settle_s')} s after healing, though every "
+                                        f"bookie of its ensembles is registered"))
+    installed = {(int(lid), int(start), b) for lid, start, b in final.get("rereplicated", [])}
+    at_write = 0
+    for ledger, md in sorted(ledgers.items()):
+        if not md.get("closed_before"):
+            continue
+        bad: dict[str, list[int]] = {}
+        for bookie, entries, segment, why in _replica_gaps(md, {entry for lid, entry in short if lid == ledger}):
+            if why is None and (ledger, segment, bookie) not in installed:
+                at_write += len(entries)              # BookKeeper's own: acknowledged on AQ, then the bookie failed
+            else:
+                bad.setdefault(f"{bookie} (segment at {segment}: {why or 'put there by AutoRecovery'})",
+                               []).extend(entries)
+        if bad:
+            shown = "; ".join(f"{b}: entries {_ranges(ids)}" for b, ids in sorted(bad.items()))
+            violations.append(Violation("underreplicated", ledger, f"closed ledger (E/W/A {md['ewa']}) is missing "
+                                        f"entries on bookies of their write set: {shown}"))
+    return {"underreplicated_left": len(marks), "replica_entries_missing_at_write": at_write,
+            "rereplicated_segments": len(installed), "replication_settle_s": state.get("settle_s")}
+
+
+def _replica_gaps(md: dict, skip: set[int]) -> list[tuple[str, list[int], int, str | None]]:
+    """(bookie, entries, segment start, why) for every bookie of a closed ledger's segment that does not answer
+    (or answers with an error) some entries of its share of the segment, but for the entries in `skip`.
+
+    `why` is None for what BookKeeper leaves as it is: a bookie that missed one run of consecutive writes of
+    its share (it was down or cut off while AQ others acknowledged them; the writer then replaced it or
+    gave up, and a recovery re-adds only the entries past the LAC, possibly to it again). Scattered holes
+    say why (the caller also reports any gap of a bookie AutoRecovery put into the segment)."""
+    out = []
+    ensembles = [(int(start), list(bookies)) for start, bookies in md["ensembles"]]
+    e, w = md["ewa"][0], md["ewa"][1]
+    for n, (start, bookies) in enumerate(ensembles):
+        end = (ensembles[n + 1][0] - 1) if n + 1 < len(ensembles) else md["lac"]
+        for index, bookie in enumerate(bookies):
+            share = [x for x in range(start, end + 1) if (index - x) % e < w and x not in skip]
+            held = []
+            for x in share:
+                answer = md["replicas"].get(str(x), md["replicas"].get(x, {})).get(bookie)
+                held.append(not (answer is None or answer == "missing" or answer.startswith("error:")))
+            missing = [x for x, ok in zip(share, held, strict=True) if not ok]
+            if not missing:
+                continue
+            runs = sum(1 for i, ok in enumerate(held) if not ok and (i == 0 or held[i - 1]))
+            out.append((bookie, missing, start, None if runs == 1 else f"{runs} separate runs missing"))
+    return out
+
+
+def _ranges(ids: list[int]) -> str:
+    out: list[list[int]] = []
+    for x in ids:
+        if out and out[-1][1] == x - 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
 
 
 def slice_for(history: list[dict], v: Violation) -> list[dict]:
@@ -166,8 +259,11 @@ def slice_for(history: list[dict], v: Violation) -> list[dict]:
     if not v.witnesses:
         return []
     lo, hi = min(v.witnesses), max(v.witnesses)
+    stream = v.kind.startswith("stream_")
     picked = [i for i in range(lo, hi + 1)
-              if i in v.witnesses or history[i].get("p") == "nemesis" or history[i].get("ledger") == v.ledger]
+              if i in v.witnesses or history[i].get("p") == "nemesis"
+              or (history[i].get("ledger") == v.ledger if not stream else history[i]["op"] != "add"
+                  and history[i]["op"].startswith("s"))]
     if len(picked) > MAX_SLICE:
         keep = set(v.witnesses) | {i for i in picked if history[i].get("p") == "nemesis"}
         rest = [i for i in picked if i not in keep][:max(0, MAX_SLICE - len(keep))]
@@ -179,8 +275,12 @@ def format_violation(history: list[dict], v: Violation) -> str:
     lines = [f"VIOLATION {v.kind} ledger {v.ledger}: {v.message}"]
     t0 = history[min(v.witnesses)]["t"] if v.witnesses else 0
     for e in slice_for(history, v):
-        shown = {k: val for k, val in e.items() if k not in ("t", "index", "hashes")}
+        shown = {k: val for k, val in e.items() if k not in ("t", "index", "hashes", "recs")}
         if "hashes" in e:
             shown["entries"] = f"{e['first']}..{e['first'] + len(e['hashes']) - 1}"
+        if e.get("recs"):
+            first, last = e["recs"][0], e["recs"][-1]
+            shown["records"] = f"seq {first[3]}..{last[3]} at {':'.join(map(str, first[:3]))}.." \
+                               f"{':'.join(map(str, last[:3]))}"
         lines.append(f"  #{e['index']} +{(e['t'] - t0) / 1e6:.1f}ms {json.dumps(shown, separators=(',', ':'))}")
     return "\n".join(lines)

@@ -7,8 +7,12 @@ Roles (``python -m tests.faults.client_proc ROLE URI HISTORY SEED SECONDS [HINT]
   * ``recoverer`` at random moments opens a ledger that is still open with recovery (fencing its writer;
                   a ledger named in the HINT file by the nemesis first), then reads it all;
   * ``tailer``    follows open ledgers without recovery, reading entries as their LAC moves;
-  * ``final``     after the faults are healed: recovers every ledger and reads it, and every entry from
-                  every bookie of its write set; writes the result as JSON to HISTORY.
+  * ``swriter``, ``sreader``  append to / tail the named log stream ``faults`` (blocking API; see
+                  stream_roles.py for their events);
+  * ``final``     after the faults are healed: waits (at most HINT seconds, if given) until AutoRecovery
+                  has left no under-replication mark and notes the marks still left and the registered
+                  bookies, then recovers every ledger and reads it, and every entry from every bookie of its
+                  write set, and reads the stream from the start; writes the result as JSON to HISTORY.
 
 Every operation goes to the HISTORY file as one JSON line with its time (CLOCK_MONOTONIC in ns, which
 all processes on the machine share), the process name and its outcome. Payloads are never written,
@@ -230,9 +234,56 @@ async def _replica_answers(reactor, lh, last: int) -> dict:
     return answers
 
 
-async def final(reactor, bk, out_path: str, until: float) -> None:
-    """Recover and read every ledger; retried until `until` while the healed cluster settles."""
+def _zk(uri: str):
+    from kazoo.client import KazooClient
+
+    connect = uri.split("://", 1)[1].split("/", 1)[0]
+    client = KazooClient(hosts=connect, timeout=10.0)
+    client.start(timeout=30)
+    return client
+
+
+def _replication_state(uri: str) -> dict:
+    """The under-replication marks ({ledger: [bookies]}) and the registered bookies (writable or read-only)."""
+    from bkfast.replication.zk_urm import UnderReplicationManager
+
+    client = _zk(uri)
+    try:
+        marks = {str(lid): list(info.replicas) for lid, info in UnderReplicationManager(client, "/ledgers")
+                 .list_marks().items()}
+        available = [c for c in client.get_children("/ledgers/available") if c != "readonly"]
+        if client.exists("/ledgers/available/readonly"):
+            available += client.get_children("/ledgers/available/readonly")
+        return {"marks": marks, "available": sorted(available)}
+    finally:
+        client.stop()
+        client.close()
+
+
+async def _settle_replication(reactor, uri: str, until: float) -> dict:
+    """Wait until no under-replication mark is left (AutoRecovery has acted on every lost bookie), at most
+    until `until`; returns the last state seen and how long the wait took."""
+    from twisted.internet import threads
+
+    started, state = time.monotonic(), {"marks": {}, "available": []}
+    while True:
+        try:
+            state = await threads.deferToThread(_replication_state, uri)
+        except Exception as exc:
+            state = {"marks": {}, "available": [], "error": f"{type(exc).__name__}: {exc}"}
+        if (not state["marks"] and "error" not in state) or time.monotonic() >= until:
+            break
+        await sleep(reactor, 1.0)
+    state["settle_s"] = round(time.monotonic() - started, 1)
+    return state
+
+
+async def final(reactor, bk, out_path: str, until: float, uri: str = "", settle_s: float = 0.0) -> None:
+    """Let AutoRecovery settle (at most `settle_s`), then recover and read every ledger, retried until
+    `until` while the healed cluster settles, then read the stream."""
     result: dict = {"ledgers": {}, "errors": {}}
+    if settle_s > 0:
+        result["replication"] = await _settle_replication(reactor, uri, time.monotonic() + settle_s)
     ledgers = None
     while ledgers is None and time.monotonic() < until:
         status, value = await bounded(reactor, bk.list_ledgers(), OP_TIMEOUT_S)
@@ -242,6 +293,8 @@ async def final(reactor, bk, out_path: str, until: float) -> None:
             await sleep(reactor, 1.0)
     for ledger in sorted(ledgers or []):
         last_error = None
+        status, md_before = await bounded(reactor, bk.get_ledger_metadata(ledger), OP_TIMEOUT_S)
+        closed_before = status == "ok" and md_before.is_closed
         while time.monotonic() < until:
             status, lh = await bounded(reactor, bk.open_ledger(ledger, PASSWORD, recovery=True), OP_TIMEOUT_S)
             if status == "ok":
@@ -253,7 +306,7 @@ async def final(reactor, bk, out_path: str, until: float) -> None:
                     md = lh.metadata
                     result["ledgers"][str(ledger)] = {
                         "ewa": [md.ensemble_size, md.write_quorum_size, md.ack_quorum_size],
-                        "lac": lac, "state": md.state.name,
+                        "lac": lac, "state": md.state.name, "closed_before": closed_before,
                         "ensembles": [[start, list(bookies)] for start, bookies in md.ensembles],
                         "entries": [digest(e.data) for e in entries],
                         "replicas": await _replica_answers(reactor, lh, lac),
@@ -265,19 +318,18 @@ async def final(reactor, bk, out_path: str, until: float) -> None:
                 last_error = lh or status
             result["errors"][str(ledger)] = str(last_error)
             await sleep(reactor, 1.0)
+    from .stream_roles import final_stream
+
+    result["stream"] = await final_stream(reactor, bk, PASSWORD, until, bounded, sleep)
     with open(out_path + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(out_path + ".tmp", out_path)
 
 
 async def init(reactor, uri: str) -> None:
-    from kazoo.client import KazooClient
-
     from bkfast.meta import zk_layout
 
-    connect = uri.split("://", 1)[1].split("/", 1)[0]
-    client = KazooClient(hosts=connect, timeout=10.0)
-    client.start(timeout=30)
+    client = _zk(uri)
     try:
         if client.exists("/ledgers/LAYOUT") is None:
             zk_layout.init_new_cluster(client, "/ledgers")
@@ -302,7 +354,7 @@ async def main(reactor, role: str, uri: str, history: str, seed: str, seconds: s
     rng = random.Random(f"{seed}/{role}/{os.path.basename(history)}")
     try:
         if role == "final":
-            await final(reactor, bk, history, until)
+            await final(reactor, bk, history, until, uri, float(hint or 0))
             return
         rec = History(history, os.path.basename(history).rsplit(".", 1)[0])
         if role == "writer":
@@ -318,5 +370,23 @@ async def main(reactor, role: str, uri: str, history: str, seed: str, seconds: s
         await bounded(reactor, bk.close(), 10.0)
 
 
+def main_blocking(role: str, uri: str, history: str, seed: str, seconds: str) -> None:
+    """The stream roles, on the blocking API (its reactor runs in a thread of its own)."""
+    from . import stream_roles
+
+    until = time.monotonic() + float(seconds)
+    rng = random.Random(f"{seed}/{role}/{os.path.basename(history)}")
+    rec = History(history, os.path.basename(history).rsplit(".", 1)[0])
+    conf = dict(CLIENT_CONF)
+    if role == "swriter":
+        stream_roles.stream_writer(uri, rec, rng, until, conf, PASSWORD)
+    else:
+        stream_roles.stream_reader(uri, rec, rng, until, conf, PASSWORD)
+    rec("done")
+
+
 if __name__ == "__main__":
+    if sys.argv[1] in ("swriter", "sreader"):
+        main_blocking(*sys.argv[1:6])
+        os._exit(0)                        # the blocking API's reactor thread needs no orderly stop here
     task.react(lambda reactor: defer.ensureDeferred(main(reactor, *sys.argv[1:])))

@@ -2,10 +2,11 @@
 
 Owns starting, pausing, killing and restarting: a ZooKeeper server (host ``zk``), the bookies (hosts
 ``b1``..``bN``, each a real `bkfast bookie` bound to and registered as its namespace's address, port
-3181; the last one keeps its ledger dir on a small tmpfs that the nemesis can fill) and the client
-processes (hosts ``w1``.., ``r1``, ``t1``, ``chk``: tests/faults/client_proc.py). `close()` stops every
-process by pid (SIGCONT first, then SIGKILL), unmounts the tmpfs and removes the namespaces, whatever
-state a failed campaign left them in.
+3181; the last one keeps its ledger dir on a small tmpfs that the nemesis can fill; with `autorecovery`,
+each also runs AutoRecovery with a lostBookieRecoveryDelay of 1 s) and the client processes (hosts
+``w1``.., ``r1``, ``t1``, the stream writer ``sw1`` and reader ``sr1``, ``chk``: client_proc.py).
+`close()` stops every process by pid (SIGCONT first, then SIGKILL), unmounts the tmpfs and removes the
+namespaces, whatever state a failed campaign left them in.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ BOOKIE_PORT = 3181
 ZK_PORT = 2181
 SESSION_TIMEOUT_MS = 3000      # ZooKeeper's maxSessionTimeout: every session expires after 3 s of silence
 TMPFS_MB = 256                # big enough that 5 minutes of writes never fill it; the nemesis fills the rest
+LOST_BOOKIE_DELAY_S = 1       # lostBookieRecoveryDelay: the auditor marks a lost bookie's ledgers 1 s after it went
+AUTORECOVERY_CONF = {         # AutoRecovery inside every bookie, quick enough to act within a campaign
+    "autoRecoveryDaemonEnabled": "true",
+    "lostBookieRecoveryDelay": str(LOST_BOOKIE_DELAY_S),
+    "openLedgerRereplicationGracePeriod": "3000",
+    "rwRereplicateBackoffMs": "500",
+    "lockReleaseOfFailedLedgerGracePeriod": "2000",
+}
 
 
 class _NsZooKeeper(ZooKeeperServer):
@@ -55,7 +64,7 @@ class _NsBookie(LocalBookie):
 class FaultCluster:
     """ZooKeeper + `bookies` bookies + client processes, in namespaces named `<prefix>-<host>`."""
 
-    def __init__(self, work_dir: Path, bookies: int = 5, prefix: str | None = None):
+    def __init__(self, work_dir: Path, bookies: int = 5, prefix: str | None = None, autorecovery: bool = False):
         self.dir = Path(work_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.net: Network | None = None
@@ -66,6 +75,7 @@ class FaultCluster:
         self.tmpfs: Path | None = None
         self.prefix = prefix or f"bkf{os.getpid()}"     # unique per process: runs may overlap on one machine
         self.n_bookies = bookies
+        self.autorecovery = autorecovery
 
     # --- start --------------------------------------------------------------------------------------
     def start(self) -> FaultCluster:
@@ -111,6 +121,7 @@ class FaultCluster:
                                "logSizeLimit": str(4 * 1024 * 1024),
                                "diskCheckInterval": "500",
                                "flushInterval": "1000",
+                               **(AUTORECOVERY_CONF if self.autorecovery else {}),
                            })
         bookie.exec_prefix = self.net.exec_prefix(name)
         return bookie
@@ -124,7 +135,7 @@ class FaultCluster:
                 self.net.add_host(name)
 
     def run_client(self, host: str, role: str, history: Path, seconds: float, wait: bool = False,
-                   seed: int = 0, hint: Path | None = None) -> subprocess.Popen:
+                   seed: int = 0, hint: Path | str | None = None) -> subprocess.Popen:
         """Start tests/faults/client_proc.py as `role` in `host`'s namespace (logs to <history>.log)."""
         cmd = self.net.exec_prefix(host) + [sys.executable, "-m", "tests.faults.client_proc", role, self.metadata_uri,
                                             str(history), str(seed), str(seconds)] + ([str(hint)] if hint else [])

@@ -1,13 +1,15 @@
 """The nemesis: injects faults into a FaultCluster, at random, from a seed.
 
 Fault types (`FAULTS`):
-  * ``partition``          a bookie, writer or reader is cut from a random set of other hosts (nftables drop);
+  * ``partition``          a bookie, writer or reader (also the stream's) is cut from a random set of other
+                           hosts (nftables drop);
   * ``isolate_writer_zk``  a writer is cut from ZooKeeper but not from its bookies, long enough for its
                            session to expire, and the recoverer is told to recover that writer's ledger
                            (the writer believed dead while it can still reach the bookies);
   * ``pause``              SIGSTOP a bookie, a writer or the recoverer past the ZooKeeper session timeout,
                            then SIGCONT (a paused writer's ledger is recovered meanwhile);
-  * ``kill_bookie``        SIGKILL a bookie, then restart it on the same directories;
+  * ``kill_bookie``        SIGKILL a bookie, then restart it on the same directories (with AutoRecovery, half
+                           the time only after its ledgers were marked lost and are being re-replicated);
   * ``zk_restart``         stop the ZooKeeper server, then start it again on the same data;
   * ``disk_full``          fill the tmpfs ledger dir of the last bookie, then empty it.
 
@@ -24,12 +26,13 @@ import threading
 import time
 from pathlib import Path
 
-from .cluster import SESSION_TIMEOUT_MS, FaultCluster
+from .cluster import LOST_BOOKIE_DELAY_S, SESSION_TIMEOUT_MS, FaultCluster
 
 __all__ = ["FAULTS", "Nemesis"]
 
 FAULTS = ("partition", "isolate_writer_zk", "pause", "kill_bookie", "zk_restart", "disk_full")
 SESSION_S = SESSION_TIMEOUT_MS / 1000.0
+STREAM_HOSTS = ("sw1", "sr1")      # not "sw": that is the switch's namespace
 
 
 class Nemesis:
@@ -96,9 +99,10 @@ class Nemesis:
         bookies = list(c.bookies)
         writers = list(self.writers)
         readers = ["r1", "t1"]
-        candidates = {"partition": bookies + writers + readers, "isolate_writer_zk": writers,
-                      "pause": bookies + writers + readers[:1], "kill_bookie": bookies, "zk_restart": ["zk"],
-                      "disk_full": bookies[-1:]}
+        streams = [h for h in STREAM_HOSTS if h in c.net.hosts]   # the stream writer and reader, if running
+        candidates = {"partition": bookies + writers + readers + streams, "isolate_writer_zk": writers,
+                      "pause": bookies + writers + readers[:1] + streams, "kill_bookie": bookies,
+                      "zk_restart": ["zk"], "disk_full": bookies[-1:]}
         if kind not in candidates:
             raise ValueError(f"unknown fault {kind!r}; expected one of {', '.join(FAULTS)}")
         host = self._take(rng, candidates[kind])
@@ -146,9 +150,14 @@ class Nemesis:
                     self._sleep(SESSION_S + rng.uniform(1.0, 2.0), until)
                 c.resume(pid)
         elif kind == "kill_bookie":
-            self.record("fault", kind=kind, phase="start", host=host)
+            # down briefly (back before anyone notices), or past its session and lostBookieRecoveryDelay, so
+            # that with AutoRecovery its ledgers are marked and re-replicated while it is away; either way it
+            # comes back on the same directories
+            lost = c.autorecovery and rng.random() < 0.5
+            down = SESSION_S + LOST_BOOKIE_DELAY_S + rng.uniform(1.0, 3.0) if lost else rng.uniform(0.5, 3.0)
+            self.record("fault", kind=kind, phase="start", host=host, down_s=round(down, 1))
             c.kill_bookie(host)
-            self._sleep(rng.uniform(0.5, 3.0), until)
+            self._sleep(down, until)
             c.restart_bookie(host)
         elif kind == "zk_restart":
             self.record("fault", kind=kind, phase="start", host=host)

@@ -114,6 +114,8 @@ class Network:
     def add_host(self, name: str) -> str:
         """Create host `name`; returns its address."""
         index = len(self.hosts) + 1
+        if self.ns(name) == self.switch:
+            raise NetnsError(f"host name {name!r} is taken by the bridge's namespace")
         if index > 250:
             raise NetnsError("at most 250 hosts")
         ns, address = self.ns(name), f"{SUBNET}.0.{index}"

@@ -1,9 +1,11 @@
 """The bounded fault campaign `make test` runs: three seeds, each with every fault type once (in a
-seed-drawn order) against a real cluster in network namespaces (ZooKeeper, 5 bookies, 2 writers, a
-recovering reader, a tailing reader). Each must end with every acknowledged entry checked and no
+seed-drawn order) against a real cluster in network namespaces (ZooKeeper, 5 bookies running AutoRecovery,
+2 writers, a recovering reader, a tailing reader, a stream writer and a tailing stream reader). Each must
+end with every acknowledged entry and stream record checked, no under-replication mark left and no
 violation; on the real history of the first seed, the checker must also report the two violations the
-issue names once they are injected. BKFAST_FAULT_SEEDS (comma-separated) and BKFAST_FAULT_SECONDS
-change the run; a failing seed is printed and replays with `python -m tests.faults --seed S`.
+issue names, a lost stream record and a mark left behind once they are injected.
+BKFAST_FAULT_SEEDS (comma-separated) and BKFAST_FAULT_SECONDS change the run; a failing seed is printed
+and replays with `python -m tests.faults --seed S`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def test_campaign_with_every_fault_type_finds_no_violation(seed, tmp_path, first
     assert summary["faults"] == {kind: 1 for kind in FAULTS}, summary
     assert summary["acked_checked"] > 100, summary
     assert summary["unrecovered_ledgers"] == 0, summary
+    assert summary["stream_records_checked"] > 100, summary
+    assert summary["underreplicated_left"] == 0, summary
     assert report.violations == [], "\n".join(lines)
     if not first_history:
         first_history.update(history=history, final=_final(tmp_path))
@@ -75,3 +79,17 @@ def _checker_catches_injections_on_real_history(history, final, seed):
     violations = check(history + [late], final).violations
     assert [v.kind for v in violations] == ["persistence"]
     assert violations[0].witnesses[-1] == len(history)
+
+    # 3. an acknowledged stream record gone from the final read of the stream
+    appends = [(k, e) for k, e in enumerate(history) if e["op"] == "sappend" and e.get("phase") == "ok"]
+    k, append = rng.choice(appends)
+    lost = copy.deepcopy(final)
+    lost["stream"]["records"] = [r for r in lost["stream"]["records"] if r[3] != append["seq"]]
+    violations = check(history, lost).violations
+    assert {v.kind for v in violations} <= {"stream_lost", "stream_gap"}, violations
+    assert any(v.kind == "stream_lost" and v.witnesses == [k] for v in violations), violations
+    # 4. an under-replication mark left for a ledger whose bookies are all registered
+    ledger = rng.choice(sorted(final["ledgers"]))
+    marked = copy.deepcopy(final)
+    marked["replication"]["marks"] = {ledger: [marked["replication"]["available"][0]]}
+    assert [(v.kind, v.ledger) for v in check(history, marked).violations] == [("underreplicated", int(ledger))]

@@ -112,3 +112,61 @@ def test_a_ledger_that_cannot_be_recovered_at_the_end_loses_its_acknowledged_ent
     final["errors"]["7"] = "BKLedgerRecoveryException"
     found, _ = kinds(history, final)
     assert found == ["durability"] * 5
+
+
+# --- AutoRecovery: marks left after the settle wait, closed ledgers missing replicas ---------------------------
+def with_replication(marks=None, available=B):
+    history, final = valid_run()
+    final["ledgers"]["7"]["closed_before"] = True      # r1 closed it before the final check
+    final["replication"] = {"marks": marks or {}, "available": list(available), "settle_s": 60.0}
+    return history, final
+
+
+def test_a_healed_cluster_with_every_replica_in_place_passes_the_replication_checks():
+    found, report = kinds(*with_replication())
+    assert found == []
+    assert report.summary()["underreplicated_left"] == 0 and report.summary()["replica_entries_missing_at_write"] == 0
+
+
+def test_a_mark_left_for_a_ledger_that_could_be_healed_is_an_underreplicated_violation():
+    found, report = kinds(*with_replication(marks={"7": [B[0]]}))
+    assert found == ["underreplicated"]
+    assert "still marked under-replicated" in report.violations[0].message and report.violations[0].ledger == 7
+    assert report.summary()["underreplicated_left"] == 1
+
+
+def test_a_mark_left_while_a_bookie_of_the_ledger_is_not_registered_is_counted_not_a_violation():
+    found, report = kinds(*with_replication(marks={"7": [B[0]]}, available=B[1:]))
+    assert found == []
+    assert report.summary()["underreplicated_left"] == 1
+
+
+def test_a_closed_ledger_entry_missing_on_one_bookie_of_its_write_set_names_the_bookie_and_entries():
+    history, final = with_replication()
+    final["ledgers"]["7"]["ewa"] = [3, 2, 1]           # one copy is still >= AQ: no durability violation
+    for e in (1, 4):                                   # B[2]'s share is 1, 2, 4: two holes
+        final["ledgers"]["7"]["replicas"][str(e)][B[2]] = "missing"
+    found, report = kinds(history, final)
+    assert found == ["underreplicated"]
+    assert f"{B[2]} (segment at 0: 2 separate runs missing): entries 1,4" in report.violations[0].message
+
+
+def test_one_run_of_writes_a_failed_bookie_missed_is_bookkeepers_own_unless_autorecovery_put_it_there():
+    history, final = with_replication()
+    final["ledgers"]["7"]["ewa"] = [3, 2, 1]
+    final["ledgers"]["7"]["replicas"]["2"][B[2]] = "missing"     # B[2]'s share is 1, 2, 4: one run missed
+    final["ledgers"]["7"]["replicas"]["4"][B[2]] = "missing"
+    found, report = kinds(history, final)
+    assert found == [] and report.summary()["replica_entries_missing_at_write"] == 2
+    final["rereplicated"] = [[7, 0, B[2]]]                       # but AutoRecovery copied the segment to it
+    found, report = kinds(history, final)
+    assert found == ["underreplicated"]
+    assert f"{B[2]} (segment at 0: put there by AutoRecovery): entries 2,4" in report.violations[0].message
+
+
+def test_missing_replicas_of_a_ledger_the_final_check_closed_itself_are_not_reported():
+    history, final = with_replication()
+    final["ledgers"]["7"]["closed_before"] = False     # its writer never closed it: entries past its LAC
+    final["ledgers"]["7"]["ewa"] = [3, 2, 1]
+    final["ledgers"]["7"]["replicas"]["4"][B[1]] = "missing"
+    assert kinds(history, final)[0] == []

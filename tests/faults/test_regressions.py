@@ -120,3 +120,145 @@ def test_failed_recovery_adds_leave_no_unhandled_errors(zookeeper_server, tmp_pa
     finally:
         globalLogPublisher.removeObserver(observer)
         cluster.stop()
+
+
+class _AnswerDroppingProxy:
+    """A TCP proxy on 127.0.0.1 in front of ZooKeeper. Once armed with a byte pattern, it forwards the client's
+    request that contains it, forwards no answer any more, and closes the connection half a second later: the
+    server has carried the request out, the client only sees its connection lost (what a ZooKeeper restart
+    or a network cut does to a request in flight). New connections are proxied normally."""
+
+    def __init__(self, target: str):
+        import socket
+        import threading
+
+        host, port = target.split(",")[0].rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pattern: bytes | None = None
+        self.fired = threading.Event()
+        self._sockets: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, pattern: bytes) -> None:
+        self.fired.clear()
+        self.pattern = pattern
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self._sockets += [client, server]
+            cut = threading.Event()
+            threading.Thread(target=self._up, args=(client, server, cut), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, cut), daemon=True).start()
+
+    def _up(self, client, server, cut) -> None:
+        try:
+            while data := client.recv(65536):
+                hit = self.pattern is not None and self.pattern in data
+                if hit:
+                    self.pattern = None
+                    cut.set()                      # from now on, no answer reaches the client
+                server.sendall(data)
+                if hit:
+                    time.sleep(0.5)                # the server carries the request out
+                    self.fired.set()
+                    break
+        except OSError:
+            pass
+        for s in (client, server):
+            s.close()
+
+    def _down(self, server, client, cut) -> None:
+        try:
+            while data := server.recv(65536):
+                if cut.is_set():
+                    continue
+                client.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self._sockets:
+            s.close()
+
+
+def _proxied_urm(zookeeper_server):
+    """(proxy, urm over a client through the proxy, urm over a direct client), both under one fresh chroot."""
+    import uuid
+
+    from kazoo.client import KazooClient
+
+    from bkfast.replication.zk_urm import UnderReplicationManager
+
+    chroot = f"/regress-{uuid.uuid4().hex}"
+    direct = KazooClient(hosts=zookeeper_server + chroot, timeout=10.0)
+    setup = KazooClient(hosts=zookeeper_server, timeout=10.0)
+    setup.start(timeout=15)
+    setup.ensure_path(chroot)
+    setup.stop()
+    setup.close()
+    direct.start(timeout=15)
+    proxy = _AnswerDroppingProxy(zookeeper_server)
+    proxied = KazooClient(hosts=f"127.0.0.1:{proxy.port}{chroot}", timeout=10.0)
+    proxied.start(timeout=15)
+    urm = UnderReplicationManager(proxied, "/ledgers", lock_holder="worker-under-test")
+    urm.ensure_layout()
+    return proxy, urm, UnderReplicationManager(direct, "/ledgers", lock_holder="another-worker")
+
+
+def _close(*urms) -> None:
+    for urm in urms:
+        urm.zk.stop()
+        urm.zk.close()
+
+
+def test_a_lock_created_just_before_the_connection_dropped_is_known_to_be_held(zookeeper_server):
+    """Campaign seed 101 (zk_restart during AutoRecovery): a worker's lock create reached ZooKeeper but its
+    answer was lost with the connection; try_lock raised ConnectionLoss, the worker moved on, and its live
+    session kept the lock, so no worker took the mark again: two marks were still there 60 s after healing."""
+    proxy, urm, other = _proxied_urm(zookeeper_server)
+    try:
+        urm.mark(123, ["127.0.0.1:3181"])
+        proxy.arm(b"/locks/urL0000000123")
+        assert urm.try_lock(123)                           # its own create happened: the lock is its
+        assert proxy.fired.is_set()
+        assert other.lock_holder_of(123) == "worker-under-test" and not other.try_lock(123)
+        urm.release_lock(123)
+        assert other.try_lock(123)
+    finally:
+        proxy.close()
+        _close(urm, other)
+
+
+def test_a_worker_that_loses_zookeeper_while_processing_a_mark_releases_its_lock(zookeeper_server):
+    """Same campaign: a ConnectionLoss half-way through processing a mark left the worker's lock in place
+    (the error was only logged), so the mark was never processed again while the session lived."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from bkfast.conf import ServerConfiguration
+    from bkfast.replication.stats import ReplicationStats
+    from bkfast.replication.worker import ReplicationWorker
+
+    proxy, urm, other = _proxied_urm(zookeeper_server)
+    try:
+        urm.mark(123, ["127.0.0.1:3181"])
+        worker = ReplicationWorker(urm.zk, "/ledgers", urm, ServerConfiguration({}), None, ReplicationStats(), None)
+        proxy.arm(b"007b/urL0000000123")                   # the mark's read, after the lock was taken
+        with pytest.raises(ConnectionLoss):
+            worker._take_one()
+        assert proxy.fired.is_set()
+        assert other.lock_holder_of(123) is None and other.list_marked() == [123]
+        assert other.try_lock(123)                         # another worker can take the mark over
+    finally:
+        proxy.close()
+        _close(urm, other)
