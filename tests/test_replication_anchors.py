@@ -183,13 +183,15 @@ def _auditor(cluster, bk, **intervals):
 def test_auditor_periodic_bookie_check_and_check_all_ledgers(cluster, bk):
     """auditorPeriodicBookieCheckInterval re-marks what a lost bookie holds; auditorPeriodicCheckInterval
     (checkAllLedgers) marks the ledgers of a registered bookie that lost its data (restarted empty, as after a
-    disk replacement), and writes checkallledgersctime. Marks in Java's text format."""
+    disk replacement), and writes checkallledgersctime; a worker then re-replicates those marks off the
+    registered but empty bookie. Marks in Java's text format."""
     for lid in bk.list_ledgers():
         bk.delete_ledger(lid)
     urm = UnderReplicationManager(cluster.zk, cluster.root)
     alive = [b for b in cluster.bookies if b.alive()]
     wiped, other = alive[1], alive[2]
-    on_wiped = [_closed_ledger(bk, 8, on=wiped.bookie_id)[0] for _ in range(3)]
+    wiped_ledgers = dict(_closed_ledger(bk, 8, e=2, w=2, a=2, on=wiped.bookie_id) for _ in range(3))
+    on_wiped = list(wiped_ledgers)
     for _ in range(50):
         healthy, _ = _closed_ledger(bk, 8, e=2, w=2, a=2)
         if wiped.bookie_id not in bk.get_ledger_metadata(healthy).all_bookies:
@@ -241,8 +243,15 @@ def test_auditor_periodic_bookie_check_and_check_all_ledgers(cluster, bk):
         assert healthy not in urm.list_marked()
     finally:
         auditor.stop()
+
+    # 3. a worker moves the fragments the wiped bookie should hold to other bookies, as Java's worker does
+    #    through its LedgerChecker (before, it dropped these marks: "every bookie is available")
+    worker, _ = _worker(cluster, bk)
     for lid in on_wiped:
-        urm.unmark(lid)
+        assert urm.try_lock(lid)
+        assert worker.process(lid) == OK
+        assert urm.get_mark(lid) is None
+        check_replicas(bk, lid, bk.get_ledger_metadata(lid), {wiped.bookie_id}, wiped_ledgers[lid])
     cluster.zk.delete(ctime_path)
     for lid in bk.list_ledgers():
         bk.delete_ledger(lid)

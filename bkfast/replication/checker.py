@@ -1,5 +1,6 @@
-"""Java's LedgerChecker (spec §7.4), for the auditor's periodic checkAllLedgers: which bookies of a ledger fail
-to serve the entries they should hold.
+"""Java's LedgerChecker (spec §7.4), for the auditor's periodic checkAllLedgers and for the replication worker
+(a marked ledger whose bookies are all registered): which bookies of a ledger fail to serve the entries they
+should hold.
 
 Per segment and per bookie index: a bookie that is not registered is bad without a read; otherwise the first
 and the last entry striped onto it in the segment's range (plus `percentage` % of the rest, evenly spread)

@@ -3,8 +3,10 @@
 Owns one thread. Loop: wait while `disable` exists; list the marks in random order; skip locked ones; take one
 by creating its ephemeral lock; then:
 - metadata gone -> the mark is dropped (apache/bookkeeper#3316);
-- the failed bookies are those of the ledger's segments that are not registered (writable or read-only); none
-  left -> the mark is dropped without copying (the missing bookies are back: apache/bookkeeper#2766);
+- the failed bookies are those of the ledger's segments that are not registered (writable or read-only); when
+  every bookie is registered, those that do not answer for entries they should hold (read as checkAllLedgers
+  reads them: a bookie back empty under its id); none -> the mark is dropped without copying (the missing
+  bookies are back and serving: apache/bookkeeper#2766);
 - otherwise `rereplicate_ledger` to the local bookie (inside a bookie) or by placement; an OPEN ledger whose
   last segment holds a failed bookie keeps its lock for `openLedgerRereplicationGracePeriod` ms (the writer
   may change its ensemble itself), then is fenced and recovered;
@@ -29,6 +31,7 @@ from twisted.internet import defer
 from bkfast.errors import BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
 
+from .checker import bad_bookies
 from .copier import ByteRateLimiter
 from .rereplicate import DELETED, FAILED, LOST, OK, OPEN_LAST_SEGMENT, UNAFFECTED, rereplicate_ledger
 from .zk_urm import UnderReplicationManager
@@ -143,10 +146,16 @@ class ReplicationWorker:
             log.info("ledger %d was deleted while marked; unmarking it", ledger_id)
             urm.mark_replicated(ledger_id, info.version)
             return DELETED
-        failed = md.all_bookies - self._available()
+        available = self._available()
+        failed = md.all_bookies - available
         if not failed:
-            log.info("ledger %d: every bookie of its ensembles is available (marked missing: %s); mark dropped",
-                     ledger_id, ",".join(info.replicas) or "-")
+            # Every bookie is registered. A mark of checkAllLedgers names a registered bookie that does not
+            # serve entries it should hold (e.g. back empty after a disk replacement): read, as Java's worker
+            # does through its LedgerChecker, which bookies fail their fragments, and move those fragments.
+            failed = self._not_serving(ledger, md, available)
+        if not failed:
+            log.info("ledger %d: every bookie of its ensembles is available and serving (marked missing: %s); "
+                     "mark dropped", ledger_id, ",".join(info.replicas) or "-")
             urm.mark_replicated(ledger_id, info.version)
             self.stats.incr("replicated_ledgers")
             return UNAFFECTED
@@ -208,6 +217,11 @@ class ReplicationWorker:
         timer = threading.Timer(delay, self.urm.release_lock, (ledger_id,))
         timer.daemon = True
         timer.start()
+
+    def _not_serving(self, ledger: LedgerId, md, available: set[str]) -> set[str]:
+        percentage = self.conf.get("auditorLedgerVerificationPercentage")
+        return self.call(lambda: defer.ensureDeferred(bad_bookies(self.bk, ledger, md, available, percentage)),
+                         timeout=600)
 
     def _current_failed(self, ledger: LedgerId) -> set[str]:
         try:
