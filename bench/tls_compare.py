@@ -7,18 +7,18 @@ client authentication, so both runs use the same processes; certificates come fr
         [--ledger-duration 8] [--protocol v2|v3] [--json]
 
 Goal (issue 16): TLS at least 0.7x plaintext throughput for 1 KiB adds, at most +1 ms one-at-a-time latency.
-Two default runs (v2, 1 KiB) on the shared 2-core development machine, 2026-11-26, plaintext -> TLS; `uptime`
-1-minute load average before -> after each run (the run itself adds about 2):
-  run 1 (load 0.48 -> 2.73): bench bookie 275k -> 90k adds/s (0.33x), closed-loop p99 6.0 -> 20.4 ms;
-    one-at-a-time p50 2.33 -> 2.48 ms (+0.14), p99 2.59 -> 8.03 ms (+5.44). bench ledger E3/WQ2/AQ2
-    108k -> 77k adds/s (0.71x), p50 90 -> 125 ms (+35), p99 154 -> 226 ms (+72), client CPU 3.5 -> 5.3 us/add.
-  run 2 (load 1.52 -> 2.52): bench bookie 292k -> 231k adds/s (0.79x), closed-loop p99 6.4 -> 8.6 ms;
-    one-at-a-time p50 2.36 -> 2.44 ms (+0.08), p99 9.01 -> 4.21 ms (-4.80). bench ledger 137k -> 72k adds/s
-    (0.52x), p50 63 -> 137 ms (+74), p99 150 -> 231 ms (+81), client CPU 3.5 -> 5.2 us/add.
-One-at-a-time p50 is within +1 ms in both runs; its p99 (30 samples of 3000 in the tail) swings by 5 ms either
-way with the other processes on the machine, so two runs here do not settle it. Throughput meets 0.7x in 2 of
-the 4 comparisons. The ledger latencies are closed-loop with 10,000 adds outstanding (queueing, not per-add
-cost). TLS always runs second, on bookies that already hold the plaintext run's entries.
+Two default runs (v2, 1 KiB) on the 2-core development machine with nothing else running, 2026-11-26,
+plaintext -> TLS (`uptime` load 0.6 and 2.2 at the start):
+  run 1: bench bookie 298k -> 225k adds/s (0.75x), closed-loop p99 5.9 -> 7.7 ms; one-at-a-time p50 2.33 ->
+    2.47 ms (+0.13), p99 2.53 -> 3.37 ms (+0.84). bench ledger E3/WQ2/AQ2 186k -> 134k adds/s (0.72x), p50 52
+    -> 69 ms, p99 88 -> 151 ms, client CPU 3.4 -> 4.8 us/add.
+  run 2: bench bookie 268k -> 217k adds/s (0.81x), closed-loop p99 8.3 -> 7.7 ms; one-at-a-time p50 2.34 ->
+    2.47 ms (+0.13), p99 2.56 -> 3.37 ms (+0.82). bench ledger 182k -> 125k adds/s (0.69x), p50 53 -> 73 ms,
+    p99 97 -> 163 ms, client CPU 3.5 -> 5.2 us/add.
+With other work on the machine the same runs spread from 0.33x to 0.79x (bench bookie) and one-at-a-time p99
+moved 5 ms either way: measure on a quiet machine. The ledger latencies are closed-loop with 10,000 adds
+outstanding (queueing, not per-add cost). TLS always runs second, on bookies that already hold the plaintext
+run's entries.
 """
 
 from __future__ import annotations
