@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 from bkfast.client.blocking import call_in_reactor
 from bkfast.client.distribution import write_set
@@ -49,3 +52,19 @@ def check_replicas(bk, ledger_id: int, md: LedgerMetadata, dead: set[str], expec
             if digest is not None and entry_id in expected:
                 entry, _lac = digest.verify(next(iter(copies.values())), entry_id)
                 assert entry.data == expected[entry_id], (ledger_id, entry_id)
+
+
+def admin_port(bookie) -> int:
+    """A bookie's admin HTTP port (httpServerPort=0: it is in its log)."""
+    return int(re.findall(r"admin HTTP server listening on [\d.]+:(\d+)", bookie.log_path.read_text())[-1])
+
+
+def admin_request(bookie, method: str, path: str, body=None) -> tuple[int, str]:
+    """(status, body text) of `method /api/v1/<path>` on a bookie's admin HTTP port, JSON `body` if given."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port(bookie)}/api/v1/{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode().strip()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode().strip()

@@ -6,9 +6,7 @@ election over and marks made before are still processed."""
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import threading
 import time
 import urllib.error
@@ -22,7 +20,7 @@ from bkfast.replication.election import current_auditor
 from bkfast.replication.zk_urm import UnderReplicationManager
 
 from .client_cluster import Cluster
-from .replication_support import check_replicas, shell
+from .replication_support import admin_port, admin_request, check_replicas, shell
 
 pytestmark = pytest.mark.zookeeper
 
@@ -60,24 +58,9 @@ def _wait(what, predicate, timeout=120.0, step=0.25):
         time.sleep(step)
 
 
-def _admin_port(bookie) -> int:
-    """A bookie's admin HTTP port (httpServerPort=0: it is in its log)."""
-    return int(re.findall(r"admin HTTP server listening on [\d.]+:(\d+)", bookie.log_path.read_text())[-1])
-
-
-def _admin(bookie, method: str, path: str, body=None) -> tuple[int, str]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"http://127.0.0.1:{_admin_port(bookie)}/api/v1/{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode().strip()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode().strip()
-
-
 def _metrics(bookie) -> dict[str, float]:
     """The bookie_replication_* samples of a bookie's /metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{_admin_port(bookie)}/metrics", timeout=10).read().decode()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port(bookie)}/metrics", timeout=10).read().decode()
     return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
             if line.startswith("bookie_replication_")}
 
@@ -215,7 +198,7 @@ def test_trigger_audit_over_http_audits_a_delayed_loss_now(cluster):
     alive = [b for b in cluster.bookies if b.alive()]
     gone = next(b for b in alive if b.bookie_id != auditor_id)
     api = next(b for b in alive if b is not gone)
-    status, text = _admin(api, "PUT", "autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 600})
+    status, text = admin_request(api, "PUT", "autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 600})
     assert (status, text) == (200, "Success set lostBookieRecoveryDelay to 600")
     bk = BookKeeper(cluster.metadata_uri, timeout=60)
     try:
@@ -234,19 +217,19 @@ def test_trigger_audit_over_http_audits_a_delayed_loss_now(cluster):
               lambda: gone.bookie_id not in cluster.zk.get_children(f"{cluster.root}/available"), 30)
         time.sleep(1.5)
         assert urm.list_marked() == []                 # the audit waits for the 600 s delay
-        assert _admin(api, "PUT", "autorecovery/trigger_audit") == (200, "Success trigger audit.")
+        assert admin_request(api, "PUT", "autorecovery/trigger_audit") == (200, "Success trigger audit.")
         _wait("the triggered audit's marks processed", lambda: _healed(bk, urm, list(ledgers), {gone.bookie_id}),
               60, 0.5)
         for lid, expected in ledgers.items():
             check_replicas(bk, lid, bk.get_ledger_metadata(lid), {gone.bookie_id}, expected)
             bk.delete_ledger(lid)
-        assert _admin(api, "PUT", "autorecovery/status?enabled=false")[0] == 200
-        status, text = _admin(api, "POST", "autorecovery/trigger_audit")
+        assert admin_request(api, "PUT", "autorecovery/status?enabled=false")[0] == 200
+        status, text = admin_request(api, "POST", "autorecovery/trigger_audit")
         assert status == 404 and "disabled" in text
-        assert _admin(api, "PUT", "autorecovery/status?enabled=true")[0] == 200
+        assert admin_request(api, "PUT", "autorecovery/status?enabled=true")[0] == 200
     finally:
         bk.close()
-        assert _admin(api, "PUT", "autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 0})[0] == 200
+        assert admin_request(api, "PUT", "autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 0})[0] == 200
         gone.start()
         cluster.wait_registered(len(alive))
 

@@ -5,12 +5,8 @@ through a bookie's admin HTTP port (`PUT /api/v1/autorecovery/bookie`, `.../deco
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -19,7 +15,7 @@ from bkfast.errors import BKError
 from bkfast.meta.ledger_metadata import LedgerState
 
 from .client_cluster import Cluster
-from .replication_support import check_replicas, shell, shell_json
+from .replication_support import admin_request, check_replicas, shell, shell_json
 
 pytestmark = pytest.mark.zookeeper
 
@@ -185,20 +181,6 @@ def test_skip_open_ledgers_target_and_exit_code_when_entries_are_lost(cluster):
         bk.close()
 
 
-def _admin_port(bookie) -> int:
-    return int(re.findall(r"admin HTTP server listening on [\d.]+:(\d+)", bookie.log_path.read_text())[-1])
-
-
-def _http(bookie, method: str, path: str, body=None) -> tuple[int, str]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"http://127.0.0.1:{_admin_port(bookie)}/api/v1/{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode().strip()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode().strip()
-
-
 def test_recover_and_decommission_over_the_admin_http_port(cluster):
     bk = BookKeeper(cluster.metadata_uri, timeout=60)
     try:
@@ -216,16 +198,16 @@ def test_recover_and_decommission_over_the_admin_http_port(cluster):
 
         victim.stop()
         cluster.wait_registered(3)
-        assert _http(api, "PUT", "autorecovery/bookie", {"bookie_src": victim.bookie_id})[0] == 400
-        assert _http(api, "GET", "autorecovery/bookie")[0] == 405
-        status, text = _http(api, "PUT", "autorecovery/bookie", {"bookie_src": [victim.bookie_id],
+        assert admin_request(api, "PUT", "autorecovery/bookie", {"bookie_src": victim.bookie_id})[0] == 400
+        assert admin_request(api, "GET", "autorecovery/bookie")[0] == 405
+        status, text = admin_request(api, "PUT", "autorecovery/bookie", {"bookie_src": [victim.bookie_id],
                                                                   "delete_cookie": True})
         assert (status, text) == (200, "Success send recovery request command."), text
         _wait("the victim's ledgers re-replicated and its cookie deleted", lambda: off(victim))
         cluster.bookies.remove(victim)                      # no cookie any more: it cannot come back
 
-        assert _http(api, "POST", "autorecovery/decommission", {"bookie_src": leaving.bookie_id})[0] == 405
-        status, text = _http(api, "PUT", "autorecovery/decommission", {"bookie_src": leaving.bookie_id})
+        assert admin_request(api, "POST", "autorecovery/decommission", {"bookie_src": leaving.bookie_id})[0] == 405
+        status, text = admin_request(api, "PUT", "autorecovery/decommission", {"bookie_src": leaving.bookie_id})
         assert (status, text) == (200, f"Success send decommission Bookie command {leaving.bookie_id}"), text
         _wait("the decommissioned bookie's ledgers re-replicated and its cookie deleted", lambda: off(leaving))
         assert leaving.alive()                              # a live bookie: decommission does not stop it
