@@ -27,7 +27,7 @@ take those zeros for padding (LogScanner) or for the end of the ledgers map. Rea
 fd (unaligned preads fail there); they use `fd`, which the kernel keeps coherent with direct writes.
 """
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from libc.errno cimport errno, EINTR, EIO
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
@@ -124,6 +124,24 @@ cdef int pwritev2_all(int fd, const uint8_t *a, Py_ssize_t na, const uint8_t *b,
     return pwrite_all(fd, b, nb, off)
 
 
+cdef Py_ssize_t pread_direct(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *err) noexcept nogil:
+    """pread_upto for an O_DIRECT fd (p, n and off block-aligned): a read that ends short of a block
+    boundary is the end of the file (the next pread would be unaligned and fail with EINVAL)."""
+    cdef Py_ssize_t got = 0, rc
+    err[0] = 0
+    while got < n:
+        rc = pread(fd, p + got, n - got, <off_t>(off + got))
+        if rc < 0:
+            if errno == EINTR:
+                continue
+            err[0] = errno
+            return got
+        got += rc
+        if rc == 0 or rc % BLOCK:
+            break
+    return got
+
+
 cdef Py_ssize_t pread_upto(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *err) noexcept nogil:
     """Read up to n bytes at off (fewer only at end of file); sets *err to an errno on failure."""
     cdef Py_ssize_t got = 0, rc
@@ -178,6 +196,7 @@ cdef class BufferedChannel:
 
     cdef readonly int fd
     cdef readonly int direct_fd  # the O_DIRECT write fd; -1 in buffered mode (and after finish())
+    cdef readonly int direct_read_fd  # an O_DIRECT read-only fd for read_direct_into; -1 = none yet
     cdef readonly bint direct
     cdef readonly int64_t log_id
     cdef uint8_t *buf
@@ -198,6 +217,7 @@ cdef class BufferedChannel:
         self.fd = fd
         self.direct_fd = direct_fd if direct_fd >= 0 else -1
         self.direct = self.direct_fd >= 0
+        self.direct_read_fd = -1
         self.log_id = log_id
         self.file_pos = file_size
         self.synced_position = file_size
@@ -529,7 +549,68 @@ cdef class BufferedChannel:
         if self.direct_fd >= 0:
             c_close(self.direct_fd)
             self.direct_fd = -1
+        if self.direct_read_fd >= 0:
+            c_close(self.direct_read_fd)
+            self.direct_read_fd = -1
         c_close(self.fd)
+
+    @property
+    def file_end(self):
+        """Every byte of the log below this offset is in the file and never changes again."""
+        return self.file_pos
+
+    def set_direct_read_fd(self, int fd):
+        """Hand over an O_DIRECT read-only fd of this log's file; the channel closes it in close().
+        Returns False (and closes `fd`) when the channel is closed or already has one."""
+        if self.closed or self.direct_read_fd >= 0:
+            c_close(fd)
+            return False
+        self.direct_read_fd = fd
+        return True
+
+    def read_direct_into(self, buffer, int64_t offset, Py_ssize_t n):
+        """Read up to n bytes at `offset`, at most up to file_end, through the O_DIRECT read fd into the
+        page-aligned writable `buffer` (at least n + 2 * DIRECT_BLOCK bytes), GIL released.
+
+        Returns (index in buffer where the bytes at `offset` start, count); count is short at file_end
+        and at the end of the file. The disk writes straight into `buffer`: no page-cache copy (module
+        docstring of bkfast.storage.direct_reads). OSError on failure (EINVAL: the file system refuses).
+        """
+        cdef Py_buffer view
+        cdef int64_t start, end, stop
+        cdef Py_ssize_t got, span
+        cdef int err = 0
+        cdef int fd = self.direct_read_fd
+        if self.closed:
+            raise ValueError(f"entry log {self.log_id:x} is closed")
+        if fd < 0:
+            raise ValueError(f"entry log {self.log_id:x} has no direct read fd")
+        if n <= 0 or offset < 0:
+            return 0, 0
+        end = offset + n
+        if end > self.file_pos:
+            end = self.file_pos
+        if end <= offset:
+            return 0, 0
+        start = offset - offset % BLOCK
+        stop = (end + BLOCK - 1) // BLOCK * BLOCK
+        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        try:
+            if (<size_t>view.buf) % BLOCK:
+                raise ValueError("read_direct_into needs a page-aligned buffer")
+            if stop - start > view.len:
+                raise ValueError(f"read_direct_into: {stop - start} bytes do not fit a {view.len}-byte buffer")
+            span = <Py_ssize_t>(stop - start)
+            with nogil:
+                got = pread_direct(fd, <uint8_t*>view.buf, span, start, &err)
+        finally:
+            PyBuffer_Release(&view)
+        if err:
+            raise OSError(err, f"direct read of entry log {self.log_id:x} at {start} failed")
+        got -= <Py_ssize_t>(offset - start)
+        if got > end - offset:
+            got = <Py_ssize_t>(end - offset)
+        return <Py_ssize_t>(offset - start), (got if got > 0 else 0)
 
     cdef Py_ssize_t read_into(self, uint8_t *dst, int64_t offset, Py_ssize_t n) except -1:
         """Copy up to n bytes at offset (buffer first, under the GIL; then file, without it)."""

@@ -474,6 +474,7 @@ class ServerConfiguration(Configuration):
     write_buffer_size_bytes = _Setting("writeBufferSizeBytes")
     flush_entrylog_bytes = _Setting("flushEntrylogBytes")
     entry_log_direct_writes = _Setting("entryLogDirectWrites")
+    entry_log_direct_reads = _Setting("entryLogDirectReads")
     entry_log_per_ledger_enabled = _Setting("entryLogPerLedgerEnabled")
     # Ledger storage
     ledger_storage_class = _Setting("ledgerStorageClass")

@@ -192,6 +192,8 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
     # through the page cache, throughput equal or higher (README, Bookie storage).
     Key("entryLogDirectWrites", bool, True, "bkfast: write entry logs with O_DIRECT (buffered where the "
         "file system refuses it)"),
+    Key("entryLogDirectReads", bool, True, "bkfast: read read-ahead runs of entry logs with O_DIRECT, "
+        "bypassing the page cache (buffered where the file system refuses it)"),
     Key("flushEntrylogBytes", int, 0, "Flush an entry log every this many bytes; 0 = only at checkpoints",
         min=0),
     Key("entryLogPerLedgerEnabled", bool, False, "One active entry log per ledger"),
