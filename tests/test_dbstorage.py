@@ -174,15 +174,20 @@ def test_a_sequential_reader_continues_where_the_last_run_ended_without_index_lo
     index_lookups = []
     lookup = d._locations.get
     d._locations.get = lambda *key: index_lookups.append(key) or lookup(*key)
+    single_reads = []
+    read_entry = d._entry_logger.read_entry
+    d._entry_logger.read_entry = lambda *args: single_reads.append(args[:2]) or read_entry(*args)
     assert [s.get_entry(5, i) for i in range(100)] == [entry(5, i) for i in range(100)]
     # One index lookup for the first miss; every later miss (entries 11, 22, ...) is read where the
-    # previous run ended. The last run stops at ledger 6: no continuation is kept past it.
+    # previous run ended, as the head of the next run (no read of its own). The last run stops at
+    # ledger 6: no continuation is kept past it.
     assert index_lookups == [(0, 5, 0)]
+    assert single_reads == [(5, 0)]
     assert d.continuation_reads == 9
     assert 5 not in d._run_continuations
     # A continuation whose location holds something else (a rolled or compacted log) falls back to the
     # index: the entry read is always the one asked for.
-    d._run_continuations[6] = (50, 0)                   # an offset that holds no entry of ledger 6
+    d._run_continuations[6] = (50, 0, 100)              # an offset that holds no entry of ledger 6
     assert s.get_entry(6, 50) == entry(6, 50)
     s.delete_ledger(6)
     assert 6 not in d._run_continuations

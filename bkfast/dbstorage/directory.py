@@ -99,7 +99,7 @@ class SingleDirectoryDbLedgerStorage:
         self._read_ahead_on = self._read_cache.enabled and self._read_ahead_count > 0
         # ledger key -> (entry id, location) of the entry right after the last full read-ahead run: a
         # sequential reader's next miss is read from there without a location-index lookup (see get_entry).
-        self._run_continuations: dict[int, tuple[int, int]] = {}
+        self._run_continuations: dict[int, tuple[int, int, int]] = {}
         self._flush_lock = threading.Lock()
         # Test hooks (0 in production): make entry-log reads / write-cache flushes slow on purpose, so
         # tests can show what a slow disk does to the rest of the bookie.
@@ -197,19 +197,15 @@ class SingleDirectoryDbLedgerStorage:
         if continuation is not None and continuation[0] == entry_id:
             # A catch-up reader's next entry, where the last read-ahead run ended. Reading it there skips
             # the index lookup, which on a cold index is a disk read done while holding the GIL (rocksdict
-            # does not release it): measured as the writers' p99 under a catch-up reader. read_entry
-            # checks the ids it finds; anything else there (a log that rolled or was compacted away)
-            # falls back to the index.
+            # does not release it): measured as the writers' p99 under a catch-up reader. The entry is
+            # read as the head of the next run (one direct read for both, no page-cache read of its
+            # own); its ids are checked, and anything else there (a log that rolled or was compacted
+            # away) falls back to the index.
             if self._test_read_delay_s:
                 time.sleep(self._test_read_delay_s)
-            try:
-                data = self._entry_logger.read_entry(ledger_id, entry_id, continuation[1], scope_id)
-            except (StorageCorruptionError, ValueError, OSError):
-                data = None
+            data = self._read_continuation(key, scope_id, ledger_id, entry_id, continuation)
             if data is not None:
                 self.continuation_reads += 1
-                if self._read_ahead_on:
-                    self._read_ahead(key, scope_id, ledger_id, continuation[1] + len(data) + 4, len(data))
                 return data
         location = self._locations.get(scope_id, ledger_id, entry_id)
         if location is None:
@@ -234,25 +230,46 @@ class SingleDirectoryDbLedgerStorage:
             self._read_ahead(key, scope_id, ledger_id, location + len(data) + 4, len(data))
         return data
 
-    def _read_ahead(self, key: int, scope_id: int, ledger_id: int, next_location: int, size: int) -> None:
-        # Bytes to read: as much as batch-size entries like this one would take, within the byte cap.
-        budget = min(self._read_ahead_bytes, self._read_ahead_count * (size + 4))
+    def _read_continuation(self, key: int, scope_id: int, ledger_id: int, entry_id: int,
+                           continuation: tuple[int, int, int]) -> bytes | None:
+        """The entry at a run continuation, or None (then the index is asked)."""
+        _, location, last_size = continuation
+        if self._read_ahead_on:
+            run = self._read_ahead(key, scope_id, ledger_id, location, last_size, with_first=True)
+            if run and run[0][0] == entry_id:
+                return run[0][2]
         try:
-            run = self._entry_logger.read_run(scope_id, ledger_id, next_location, self._read_ahead_count, budget)
+            data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
+        except (StorageCorruptionError, ValueError, OSError):
+            return None
+        if self._read_ahead_on:
+            self._read_ahead(key, scope_id, ledger_id, location + len(data) + 4, len(data))
+        return data
+
+    def _read_ahead(self, key: int, scope_id: int, ledger_id: int, next_location: int, size: int,
+                    with_first: bool = False) -> list | None:
+        """Read the run from next_location into the read-ahead cache and return it (None on failure).
+        `with_first`: the entry at next_location is being asked for, one more than the batch size."""
+        count = self._read_ahead_count + (1 if with_first else 0)
+        # Bytes to read: as much as batch-size entries like this one would take, within the byte cap.
+        budget = min(self._read_ahead_bytes, count * (size + 4))
+        try:
+            run = self._entry_logger.read_run(scope_id, ledger_id, next_location, count, budget)
         except Exception as e:  # read-ahead is an optimisation: the entry asked for is already read
             log.debug("read-ahead after %s failed: %s", ledger_name(scope_id, ledger_id), e)
-            return
+            return None
         if run:
             self._read_cache.put_run(key, run)
             last_entry, last_location, last_data = run[-1]
             consumed = sum(len(data) + 4 for _, _, data in run)
-            if len(run) >= self._read_ahead_count or consumed + len(last_data) + 4 > budget:
+            if len(run) >= count or consumed + len(last_data) + 4 > budget:
                 # The run stopped at its budget, not at another ledger's entry: the next one is likely
                 # this ledger's next entry.
                 continuations = self._run_continuations
                 if len(continuations) >= _MAX_RUN_CONTINUATIONS:
                     continuations.clear()
-                continuations[key] = (last_entry + 1, last_location + len(last_data) + 4)
+                continuations[key] = (last_entry + 1, last_location + len(last_data) + 4, len(last_data))
+        return run
 
     def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
         """Highest entry id stored for the ledger (write cache or index), -1 when none."""
