@@ -124,26 +124,11 @@ cdef int pwritev2_all(int fd, const uint8_t *a, Py_ssize_t na, const uint8_t *b,
     return pwrite_all(fd, b, nb, off)
 
 
-cdef Py_ssize_t pread_direct(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *err) noexcept nogil:
-    """pread_upto for an O_DIRECT fd (p, n and off block-aligned): a read that ends short of a block
-    boundary is the end of the file (the next pread would be unaligned and fail with EINVAL)."""
-    cdef Py_ssize_t got = 0, rc
-    err[0] = 0
-    while got < n:
-        rc = pread(fd, p + got, n - got, <off_t>(off + got))
-        if rc < 0:
-            if errno == EINTR:
-                continue
-            err[0] = errno
-            return got
-        got += rc
-        if rc == 0 or rc % BLOCK:
-            break
-    return got
-
-
-cdef Py_ssize_t pread_upto(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *err) noexcept nogil:
-    """Read up to n bytes at off (fewer only at end of file); sets *err to an errno on failure."""
+cdef Py_ssize_t pread_upto(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *err,
+                           bint direct=False) noexcept nogil:
+    """Read up to n bytes at off (fewer only at end of file); sets *err to an errno on failure.
+    `direct`: fd is O_DIRECT (p, n and off block-aligned), so a read that ends short of a block boundary
+    is the end of the file (another pread there would be unaligned and fail with EINVAL)."""
     cdef Py_ssize_t got = 0, rc
     err[0] = 0
     while got < n:
@@ -156,6 +141,8 @@ cdef Py_ssize_t pread_upto(int fd, uint8_t *p, Py_ssize_t n, int64_t off, int *e
         if rc == 0:
             break
         got += rc
+        if direct and rc % BLOCK:
+            break
     return got
 
 
@@ -602,7 +589,7 @@ cdef class BufferedChannel:
                 raise ValueError(f"read_direct_into: {stop - start} bytes do not fit a {view.len}-byte buffer")
             span = <Py_ssize_t>(stop - start)
             with nogil:
-                got = pread_direct(fd, <uint8_t*>view.buf, span, start, &err)
+                got = pread_upto(fd, <uint8_t*>view.buf, span, start, &err, True)
         finally:
             PyBuffer_Release(&view)
         if err:
