@@ -134,10 +134,11 @@ def test_read_direct_into_stops_at_file_end_and_at_the_end_of_the_file(tmp_path)
         channel.read_direct_into(buf, 0, 10)
 
 
-def test_a_run_of_entries_larger_than_a_direct_read_chunk_is_read_whole(tmp_path):
+@pytest.mark.parametrize("size", [300_000, 3_000_000], ids=["above-a-chunk", "above-the-thread-buffer"])
+def test_a_run_of_entries_larger_than_a_direct_read_chunk_is_read_whole(tmp_path, size):
     from bkfast.storage.entrylogger import DIRECT_RUN_CHUNK
 
-    size = DIRECT_RUN_CHUNK + 50_000
+    assert size > DIRECT_RUN_CHUNK
     el, locs = finished_log(tmp_path, direct_reads=True, count=4, size=size)
     run = el.read_run(0, 6, locs[1], 10, 8 * size)
     assert [eid for eid, _, _ in run] == [1, 2, 3]

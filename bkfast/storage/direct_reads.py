@@ -46,6 +46,7 @@ class DirectRunReader:
         self._find_log = find_log
         self._open_lock = open_lock
         self._refused: set[Path] = set()  # dirs whose file system refused O_DIRECT reads
+        self._buffered_logs: set[int] = set()  # log ids read through the page cache from now on
         self._local = threading.local()
         self.direct_reads = 0
         self.direct_bytes = 0
@@ -53,18 +54,17 @@ class DirectRunReader:
     def read(self, channel: BufferedChannel, offset: int, n: int) -> memoryview | None:
         """Up to n bytes of the log at `offset`, as a view into this thread's buffer (valid until the
         thread's next read()); None when the range should be read through the page cache instead."""
-        if not self.enabled or n <= 0:
+        if not self.enabled or n <= 0 or channel.log_id in self._buffered_logs:
             return None
-        fd = channel.direct_read_fd
-        if fd < 0:
-            if not self._open(channel):
-                return None
+        if channel.direct_read_fd < 0 and not self._open(channel):
+            return None
         buf = self._buffer(n)
         try:
             at, count = channel.read_direct_into(buf, offset, n)
         except ValueError:
             return None  # closed under us (garbage collection): the buffered read reports it
         except OSError as e:
+            self._buffered_logs.add(channel.log_id)
             try:
                 self._refuse(self._find_log(channel.log_id).parent, e)
             except FileNotFoundError:
@@ -82,8 +82,7 @@ class DirectRunReader:
         buf = getattr(self._local, "buf", None)
         need = n + 2 * DIRECT_BLOCK
         if buf is None or len(buf) < need:
-            if buf is not None:
-                buf.close()
+            # Not closed: a view of it may still be held; it is unmapped once the last one goes.
             buf = self._local.buf = mmap.mmap(-1, max(_MIN_BUFFER, need))  # page-aligned, as O_DIRECT needs
         return buf
 
@@ -93,12 +92,14 @@ class DirectRunReader:
         except FileNotFoundError:
             return False
         if path.parent in self._refused:
+            self._buffered_logs.add(channel.log_id)
             return False
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
         except OSError as e:
             if e.errno == errno.ENOENT:
                 return False
+            self._buffered_logs.add(channel.log_id)
             self._refuse(path.parent, e)
             return False
         with self._open_lock:
