@@ -49,12 +49,16 @@ class DirectRunReader:
         self._buffered_logs: set[int] = set()  # log ids read through the page cache from now on
         self._local = threading.local()
         self.direct_reads = 0
-        self.direct_bytes = 0
 
     def read(self, channel: BufferedChannel, offset: int, n: int) -> memoryview | None:
         """Up to n bytes of the log at `offset`, as a view into this thread's buffer (valid until the
         thread's next read()); None when the range should be read through the page cache instead."""
         if not self.enabled or n <= 0 or channel.log_id in self._buffered_logs:
+            return None
+        file_end = channel.file_end
+        if offset + n > file_end and channel.position > file_end:
+            # The range goes on past file_end, in the write buffer (or in the block a direct write
+            # keeps): the channel's own read serves both parts.
             return None
         if channel.direct_read_fd < 0 and not self._open(channel):
             return None
@@ -70,12 +74,7 @@ class DirectRunReader:
             except FileNotFoundError:
                 pass  # removed by garbage collection meanwhile
             return None
-        if count < n and channel.position > offset + count:
-            # The range goes on past file_end, in the write buffer (or in the block a direct write
-            # keeps): the channel's own read serves both parts.
-            return None
         self.direct_reads += 1
-        self.direct_bytes += count
         return memoryview(buf)[at:at + count]
 
     def _buffer(self, n: int) -> mmap.mmap:
