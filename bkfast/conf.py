@@ -30,6 +30,7 @@ from bkfast.conf_keys import (  # the key table; re-exported: bkfast.conf is whe
     TLS_KEYS,
     Key,
     _MiB,
+    is_secret_key,
     system_max_backlog,
 )
 from bkfast.errors import ConfigurationError
@@ -44,6 +45,8 @@ __all__ = [
     "DEFAULT_DB_STORAGE_CACHE_MB",
     "Key",
     "ServerConfiguration",
+    "client_settings_of",
+    "is_secret_key",
     "format_value",
     "parse_properties",
     "unknown_key_warnings",
@@ -563,6 +566,10 @@ class ServerConfiguration(Configuration):
     http_server_auth_token_file = _Setting("httpServerAuthTokenFile")
     http_server_auth_required = _Setting("httpServerAuthRequired")
     http_server_read_only_open = _Setting("httpServerReadOnlyOpen")
+    http_server_max_request_body_bytes = _Setting("httpServerMaxRequestBodyBytes")
+    http_server_max_concurrent_requests = _Setting("httpServerMaxConcurrentRequests")
+    http_server_max_queued_requests = _Setting("httpServerMaxQueuedRequests")
+    http_server_max_busy_share = _Setting("httpServerMaxBusyShare")
 
     @property
     def journal_flush_when_queue_empty(self) -> bool:
@@ -666,3 +673,12 @@ class ClientConfiguration(Configuration):
     digest_type = _Setting("digestType")
     enable_digest_type_autodetection = _Setting("enableDigestTypeAutodetection")
     ledger_metadata_version = _Setting("ledgerMetadataVersion")
+
+
+def client_settings_of(server_conf: Configuration) -> dict[str, Any]:
+    """The client keys a bookie process's own ledger clients (admin API, AutoRecovery) take from its server
+    configuration, as Java builds their ClientConfiguration from the ServerConfiguration: every configured
+    key a client knows (TLS keys and key stores above all), except the metadata URI, passed on its own."""
+    known = {key.name for key in ClientConfiguration.KEYS}
+    return {name: value for name, value in server_conf.to_dict().items()
+            if name in known and name != "metadataServiceUri" and value is not None}

@@ -300,6 +300,19 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
         derive=lambda conf: bool(conf.get("httpServerAuthTokenFile") or conf.get("httpServerTrustStorePath"))),
     Key("httpServerReadOnlyOpen", bool, True,
         "bkfast: read-only admin endpoints (/heartbeat, /metrics, GETs) need no authentication"),
+    Key("httpServerMaxRequestBodyBytes", int, 64 * 1024,
+        "bkfast: largest admin request body; a larger declared body is refused (413) before it is read, "
+        "and a body needing credentials it lacks is refused (401) before it is read", min=0, max=64 * _MiB),
+    Key("httpServerMaxConcurrentRequests", int, 2,
+        "bkfast: admin API requests handled at once (the rest wait in a queue): bounds the CPU an admin "
+        "request flood takes from the data path", min=1, max=64),
+    Key("httpServerMaxQueuedRequests", int, 64,
+        "bkfast: admin API requests waiting for a handler; beyond them a request is answered 503 with "
+        "Retry-After", min=0, max=100_000),
+    Key("httpServerMaxBusyShare", float, 0.25,
+        "bkfast: the share of time the admin API's handlers may be busy on average (wall time, summed over "
+        "those running at once); a request that ran longer delays the next one accordingly",
+        min=0.01, max=64.0),
 )
 
 CLIENT_KEYS: tuple[Key, ...] = TLS_KEYS + (
@@ -335,3 +348,17 @@ CLIENT_KEYS: tuple[Key, ...] = TLS_KEYS + (
     Key("ledgerMetadataVersion", int, -1, "Metadata format version to write; -1 = current (3)",
         min=-1, max=3),
 )
+
+
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "credential", "jaas", "sasl")
+_SECRET_FILE_KEYS = frozenset(k.lower() for k in (
+    "tlsKeyStore", "clientKeyStore", "httpServerKeystorePath",
+    "tlsTrustStore", "clientTrustStore", "httpServerTrustStorePath"))
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a configuration key's value must never leave the process (admin API, logs): passwords,
+    tokens and the files that hold keys. Decided by name, so an unknown key a Java conf carries over
+    (e.g. a SASL password) is covered too."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS) or lowered in _SECRET_FILE_KEYS

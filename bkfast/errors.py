@@ -160,6 +160,10 @@ class BKTooManyRequestsException(BKError):
     code = ClientCode.TooManyRequestsException
 
 
+class AdminBusyError(BKTooManyRequestsException):
+    """The admin HTTP API's queue of requests waiting for a handler is full (answered 503, Retry-After)."""
+
+
 class BKUnknownLedgerStateException(BKError):
     """Ledger is in limbo on the bookie: its state is unknown."""
 

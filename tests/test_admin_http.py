@@ -5,6 +5,7 @@ a property-based fuzz of every endpoint of docs/admin-api.openapi.json: never a 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,36 +26,47 @@ pytestmark = pytest.mark.zookeeper
 
 OPENAPI = json.loads((Path(__file__).resolve().parent.parent / "docs" / "admin-api.openapi.json").read_text())
 
+TOKEN = "admin-token-6f1c9e"
+LEDGER_PASSWORD = b"ledger-pw-Zq8xK"
+KEYSTORE_PASSWORD = "keystore-pw-Wb3v"
+SASL_PASSWORD = "sasl-pw-Tt5n"             # a key bkfast does not know, carried over from a Java conf
+
 
 @pytest.fixture(scope="module")
 def api(zookeeper_server, tmp_path_factory):
     cluster = Cluster(zookeeper_server, tmp_path_factory.mktemp("http-cluster"), bookies=2,
                       dbStorage_writeCacheMaxSizeMb="16", dbStorage_readAheadCacheMaxSizeMb="16")
     http_port = free_port()
+    secrets_dir = tmp_path_factory.mktemp("http-secrets")
+    (secrets_dir / "token").write_text(TOKEN + "\n")
     bookie = LocalBookie(tmp_path_factory.mktemp("http-bookie"), free_port(), cluster.metadata_uri,
                          {"httpServerEnabled": "true", "httpServerPort": str(http_port),
                           "dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16",
-                          "journalMaxGroupWaitMSec": "1"})
+                          "journalMaxGroupWaitMSec": "1", "httpServerAuthTokenFile": str(secrets_dir / "token"),
+                          "httpServerKeystorePassword": KEYSTORE_PASSWORD, "saslJaasClientPassword": SASL_PASSWORD})
     try:
         bookie.start()
         cluster.wait_registered(3)
         with BookKeeper(cluster.metadata_uri, timeout=60) as bk:
-            lh = bk.create_ledger(3, 2, 2, password=b"http")
+            lh = bk.create_ledger(3, 2, 2, password=LEDGER_PASSWORD)
             lh.add_entries([f"entry-{i}".encode() for i in range(5)])
             lh.close()
         cluster.http_port = http_port
         cluster.http_bookie = bookie
         cluster.ledger_id = lh.ledger_id
+        cluster.token_file = str(secrets_dir / "token")
         yield cluster
     finally:
         bookie.stop()
         cluster.stop()
 
 
-def call(api, path, method="GET", body=None, raw=None, **params):
+def call(api, path, method="GET", body=None, raw=None, token=TOKEN, **params):
     query = ("?" + urllib.parse.urlencode(params)) if params else ""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{api.http_port}{path}{query}", data=data, method=method)
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    req = urllib.request.Request(f"http://127.0.0.1:{api.http_port}{path}{query}", data=data, method=method,
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.status, resp.read().decode(), resp.headers.get("Content-Type", "")
@@ -100,10 +112,11 @@ def test_ledger_list_metadata_read(api):
     assert ok_json(api, "/api/v1/ledger/list")[lid] is None
     listed = ok_json(api, "/api/v1/ledger/list", print_metadata="true", decode_meta="true")
     md = listed[lid]
-    assert (md["state"], md["lastEntryId"], md["closed"], md["password"]) == ("CLOSED", 4, True, "aHR0cA==")
+    assert (md["state"], md["lastEntryId"], md["closed"], md["password"]) == ("CLOSED", 4, True, None)
+    assert "withheld" in md["passwordWithheld"]
     assert list(md) == ["ledgerId", "metadataFormatVersion", "ensembleSize", "writeQuorumSize", "ackQuorumSize",
                         "state", "length", "lastEntryId", "ctime", "digestType", "password", "customMetadata",
-                        "closed", "allEnsembles", "ctoken"]
+                        "closed", "allEnsembles", "ctoken", "passwordWithheld"]
     assert isinstance(ok_json(api, "/api/v1/ledger/list", print_metadata="true")[lid], str)
     assert ok_json(api, "/api/v1/ledger/list", print_metadata="true", page="2") == {}
     assert ok_json(api, "/api/v1/ledger/metadata", ledger_id=lid) == {lid: md}
@@ -299,3 +312,194 @@ def test_autorecovery_endpoints_are_served_by_the_bookie(api):
     assert status == 200, text
     status, text, _ = call(api, "/api/v1/autorecovery/lost_bookie_recovery_delay")
     assert status == 200 and text.strip() == "lostBookieRecoveryDelay value: 7"
+
+
+# --- hostile input (issue 24): secrets, GETs that change nothing, bodies before credentials ----------------
+
+_EXTRA_GETS = ["/heartbeat", "/metrics", "/api/v1/bookie/info", "/api/v1/bookie/state",
+               "/api/v1/bookie/state/readonly", "/api/v1/bookie/gc", "/api/v1/bookie/gc_details"]
+
+
+def _zk_tree(zk, path="/") -> dict:
+    data, stat = zk.get(path)
+    out = {path: (data, stat.mzxid, stat.cversion)}
+    for child in zk.get_children(path):
+        if path == "/" and child == "zookeeper":
+            continue
+        out.update(_zk_tree(zk, path.rstrip("/") + "/" + child))
+    return out
+
+
+def _files(bookie_dir: Path) -> dict:
+    """The bookie's journal and ledger files (not its log, which records the refusals)."""
+    return {str(p): (p.stat().st_size, p.read_bytes()) for d in ("journal", "ledgers")
+            for p in sorted((bookie_dir / d).rglob("*")) if p.is_file()}
+
+
+def _secrets(api) -> list[str]:
+    import base64
+
+    return [TOKEN, api.token_file, KEYSTORE_PASSWORD, SASL_PASSWORD, LEDGER_PASSWORD.decode(),
+            base64.b64encode(LEDGER_PASSWORD).decode()]
+
+
+def test_no_get_answer_holds_a_secret_and_no_get_changes_zookeeper_or_the_disks(api):
+    """Every GET of the OpenAPI description (fuzzed) and the bookie's own GETs, without credentials as an
+    attacker sends them: no answer contains a configured secret or a ledger password, and ZooKeeper and
+    the bookie's files are exactly as before (sanity, a GET that writes, is refused)."""
+    gets = sorted(op for op in _OPERATIONS if op[1] == "get")
+    zk_before, files_before = _zk_tree(api.zk), _files(api.http_bookie.data_dir)
+    answers = []
+
+    for path in _EXTRA_GETS:
+        answers.append(call(api, path, token=None))
+    for print_metadata, decode in [("true", "true"), ("true", "false")]:
+        answers.append(call(api, "/api/v1/ledger/list", token=None, print_metadata=print_metadata,
+                            decode_meta=decode))
+    answers.append(call(api, "/api/v1/ledger/metadata", token=None, ledger_id=str(api.ledger_id)))
+    answers.append(call(api, "/api/v1/config/server_config", token=None))
+    for operation in gets:
+        @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(request=requests(operation))
+        def fuzz(request):
+            path, method, params, body = request
+            if method == "GET":
+                answers.append(call(api, path, method, raw=body, token=None, **params))
+
+        fuzz()
+
+    assert len(answers) > 50
+    for status, text, _ in answers:
+        assert status < 500, text
+        for secret in _secrets(api):
+            assert secret not in text, (secret, text[:300])
+    config = json.loads(call(api, "/api/v1/config/server_config", token=None)[1])
+    assert config["httpServerKeystorePassword"].startswith("(redacted")
+    assert config["httpServerAuthTokenFile"].startswith("(redacted")
+    assert config["saslJaasClientPassword"].startswith("(redacted")
+    assert _zk_tree(api.zk) == zk_before
+    assert _files(api.http_bookie.data_dir) == files_before
+
+
+def test_sanity_is_a_mutating_request(api):
+    """GET bookie/sanity writes and deletes a ledger: without credentials it is refused and nothing is
+    written; with them it passes on a client of its own (the shared client still sees every bookie)."""
+    with BookKeeper(api.metadata_uri, timeout=60) as bk:
+        listed_before = bk.list_ledgers()
+    zk_before = _zk_tree(api.zk)
+    for token in (None, "wrong"):
+        status, text, _ = call(api, "/api/v1/bookie/sanity", token=token)
+        assert status == 401, text
+    assert _zk_tree(api.zk) == zk_before
+    assert ok_json(api, "/api/v1/bookie/sanity") == {"passed": True, "readOnly": False}
+    with BookKeeper(api.metadata_uri, timeout=60) as bk:
+        assert bk.list_ledgers() == listed_before
+    ids = sorted(b.bookie_id for b in api.bookies + [api.http_bookie])
+    assert sorted(k for k in ok_json(api, "/api/v1/bookie/list_bookie_info") if k != "ClusterInfo: ") == ids
+
+
+def _raw_request(port: int, head: bytes, body_bytes: int = 0, chunk: int = 64 * 1024) -> bytes:
+    """Send `head` then up to `body_bytes` of body (stopping when the server closes), and read the answer."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        sent = 0
+        try:
+            while sent < body_bytes:
+                sock.sendall(b"x" * min(chunk, body_bytes - sent))
+                sent += chunk
+        except OSError:
+            pass                                    # refused early: the server closed while we sent
+        answer = b""
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                answer += data
+        except OSError:
+            pass
+        return answer
+
+
+def _deleted_files_held(pid: int) -> list[str]:
+    fd_dir = Path(f"/proc/{pid}/fd")
+    held = []
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.endswith("(deleted)"):
+            held.append(target)
+    return held
+
+
+def test_unauthenticated_bodies_are_refused_before_they_are_read(api):
+    """The attack: 20 connections each sending 5 MiB of a declared 1 TB body without credentials. Each is
+    refused (401) on its headers; nothing is spooled to disk; the bookie stays up and serves."""
+    import concurrent.futures
+
+    pid = api.http_bookie.pid
+    head = (b"PUT /api/v1/config/server_config HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000000\r\n\r\n")
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda _: _raw_request(api.http_port, head, 5 << 20), range(20)))
+    assert all(a.startswith(b"HTTP/1.1 401") or a == b"" for a in answers), answers[:2]
+    assert sum(a.startswith(b"HTTP/1.1 401") for a in answers) >= 1
+    assert _deleted_files_held(pid) == []
+    # headers alone: the answer is there before any body byte is sent
+    assert _raw_request(api.http_port, head).startswith(b"HTTP/1.1 401")
+    # with credentials, a body over httpServerMaxRequestBodyBytes is refused on its declared length ...
+    authed = head.replace(b"Host: x\r\n", f"Host: x\r\nAuthorization: Bearer {TOKEN}\r\n".encode())
+    assert _raw_request(api.http_port, authed).startswith(b"HTTP/1.1 413")
+    # ... and a chunked one as soon as it passes the limit
+    chunked = (b"PUT /api/v1/config/server_config HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+               + TOKEN.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+    piece = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+    answer = _raw_request(api.http_port, chunked + piece * 4)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert _deleted_files_held(pid) == []
+    assert api.http_bookie.alive()
+    assert call(api, "/heartbeat")[:2] == (200, "OK\n")
+    # a small authorized body is still served
+    assert call(api, "/api/v1/config/server_config", "PUT", {"journalMaxBackups": 6})[0] == 200
+
+
+@pytest.mark.parametrize("path, method, params, body", [
+    ("/api/v1/config/server_config", "PUT", {}, b"[" * 60000),
+    ("/api/v1/bookie/state/readonly", "PUT", {}, b"[" * 60000),
+    ("/api/v1/bookie/gc", "PUT", {}, b"{\"a\":" * 12000),
+    ("/api/v1/autorecovery/lost_bookie_recovery_delay", "PUT", {}, json.dumps({"delay_seconds": 10**23}).encode()),
+    ("/api/v1/autorecovery/lost_bookie_recovery_delay", "PUT", {}, json.dumps({"delay_seconds": 2**31}).encode()),
+    ("/api/v1/ledger/metadata", "GET", {"ledger_id": "\u0661"}, None),
+    ("/api/v1/ledger/metadata", "GET", {"ledger_id": " +1_0"}, None),
+    ("/api/v1/ledger/metadata", "GET", {"ledger_id": "+10"}, None),
+    ("/api/v1/ledger/read", "GET", {"ledger_id": "1", "start_entry_id": "\u0663"}, None),
+])
+def test_hostile_parameters_and_bodies_are_400(api, path, method, params, body):
+    status, text, _ = call(api, path, method, raw=body, **params)
+    assert status == 400, text
+    assert "Traceback" not in text
+
+
+def test_lost_bookie_recovery_delay_keeps_to_java_int(api):
+    path = "/api/v1/autorecovery/lost_bookie_recovery_delay"
+    assert call(api, path, "PUT", {"delay_seconds": 2**31 - 1})[0] == 200
+    assert call(api, path)[1].strip() == f"lostBookieRecoveryDelay value: {2**31 - 1}"
+    assert call(api, path, "PUT", {"delay_seconds": 10**23})[0] == 400
+    assert call(api, path)[1].strip() == f"lostBookieRecoveryDelay value: {2**31 - 1}"
+
+
+def test_the_docs_list_exactly_the_gets_a_read_only_open_api_serves(api):
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "admin-http-security.md").read_text()
+    listed = set(re.findall(r"^\| `(/[^`]*)` \|", text, re.M))
+    served = {path for path, method in _OPERATIONS if method == "get"} | set(_EXTRA_GETS)
+    assert listed == served - {"/api/v1/bookie/sanity"}
+    for path in sorted(listed):
+        status, body, _ = call(api, path, token=None)
+        assert status != 401, (path, body)
+    assert call(api, "/api/v1/bookie/sanity", token=None)[0] == 401

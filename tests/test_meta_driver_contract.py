@@ -180,6 +180,19 @@ def test_ledgers_exist_answers_the_subset_with_metadata(driver):
     assert call(driver.ledgers_exist, []) == set()
 
 
+def test_read_many_returns_the_metadata_of_those_that_exist(driver):
+    present = [LedgerId.classic(1), LedgerId.classic(3_000_000_000), LedgerId(5, 1)]
+    for n, lid in enumerate(present):
+        call(driver.create_ledger_metadata, lid, make_md(custom_metadata={"n": bytes([n])}))
+    call(driver.write_ledger_metadata, present[0], make_md(state=LedgerState.CLOSED, last_entry_id=9, length=90), 0)
+    found = call(driver.read_many_ledger_metadata, present + [LedgerId.classic(2), LedgerId(6, 1)])
+    assert set(found) == set(present)
+    for lid in present:
+        assert found[lid] == call(driver.read_ledger_metadata, lid)
+    assert found[present[0]].version == 1 and found[present[0]].metadata.last_entry_id == 9
+    assert call(driver.read_many_ledger_metadata, []) == {}
+
+
 def test_metadata_format_2_is_written_and_read_back_as_format_2(driver):
     lid = LedgerId.classic(21)
     md = make_md(metadata_format_version=2)

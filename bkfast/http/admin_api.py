@@ -30,16 +30,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 
-from twisted.internet import threads
+from twisted.internet import defer
 from twisted.web import resource, server
 
 from bkfast.admin import bookie_files, bookie_ops, cluster, ledgers
-from bkfast.admin.common import AdminError, LedgerRef
-from bkfast.conf import format_value
-from bkfast.errors import BKError, BKNoSuchLedgerExistsException, ConfigurationError, InvalidLedgerIdError
+from bkfast.admin.common import AdminError, LedgerRef, in_reactor
+from bkfast.conf import client_settings_of, format_value, is_secret_key
+from bkfast.errors import (
+    AdminBusyError,
+    BKError,
+    BKNoSuchLedgerExistsException,
+    ConfigurationError,
+    InvalidLedgerIdError,
+)
+from bkfast.http.limits import AdmissionGate, load_json
 from bkfast.ids import LedgerId
 
 __all__ = ["install_admin_api", "_ApiError", "ENDPOINTS"]
@@ -65,16 +73,20 @@ class Text(str):
 # --- parameters ---------------------------------------------------------------------------------------
 
 
+_ASCII_INTEGER = re.compile(r"-?[0-9]{1,40}")
+
+
 def _int(params: dict, name: str, default: int | None = None, low: int = 0, high: int = 2**63 - 1) -> int:
     text = params.get(name)
     if text is None or text == "":
         if default is None:
             raise _ApiError(400, f"missing parameter {name}")
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise _ApiError(400, f"{name}: expected an integer, got {text!r}") from None
+    # Python's int() also takes other scripts' digits, "_" separators, "+" and spaces ("\u0661" is 1,
+    # " +1_0" is 10): an id must mean one thing to every tool that reads it.
+    if not _ASCII_INTEGER.fullmatch(text):
+        raise _ApiError(400, f"{name}: expected an integer of ASCII digits, got {text!r}")
+    value = int(text)
     if not low <= value <= high:
         raise _ApiError(400, f"{name}: {value} is outside [{low}, {high}]")
     return value
@@ -99,8 +111,8 @@ def _ledger(params: dict) -> LedgerRef:
 
 def _body_object(body: bytes) -> dict:
     try:
-        value = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as err:
+        value = load_json(body or b"null")
+    except ValueError as err:
         raise _ApiError(400, f"the body is not JSON: {err}") from None
     if not isinstance(value, dict):
         raise _ApiError(400, "expected a JSON object in the body")
@@ -113,8 +125,9 @@ def _body_object(body: bytes) -> dict:
 class _Services:
     """Lazily built, shared by the handlers: the ledger client of this process (on the bookie's reactor)."""
 
-    def __init__(self, context):
+    def __init__(self, context, gate: AdmissionGate):
         self.context = context
+        self.gate = gate
         self._client = None
         self._lock = threading.Lock()
         self.sanity_running = threading.Lock()
@@ -136,7 +149,8 @@ class _Services:
             if self._client is None:
                 from bkfast import BookKeeper
 
-                self._client = BookKeeper(self.conf.get("metadataServiceUri"), timeout=30.0)
+                self._client = BookKeeper(self.conf.get("metadataServiceUri"), timeout=30.0,
+                                          **client_settings_of(self.conf))
             return self._client
 
     def close(self):
@@ -149,8 +163,12 @@ class _Services:
 # --- handlers: (services, params, body) -> JSON-able or Text --------------------------------------------
 
 
+REDACTED = "(redacted: the admin API never returns secrets)"
+
+
 def server_config_get(s: _Services, params, body):
-    return {k: format_value(v) for k, v in s.conf.to_dict().items() if v is not None}
+    return {k: REDACTED if is_secret_key(k) else format_value(v)
+            for k, v in s.conf.to_dict().items() if v is not None}
 
 
 def server_config_put(s: _Services, params, body):
@@ -183,26 +201,38 @@ def ledger_list(s: _Services, params, body):
         return {str(i): None for i in ids}
     if page > 0:
         ids = ids[(page - 1) * LEDGERS_PER_PAGE:page * LEDGERS_PER_PAGE]
+    wanted = [LedgerId(scope, lid) for lid in ids]
+    # One batched read (one reactor hop): a read per ledger cost the bookie's reactor ~0.15 ms each.
+    found = in_reactor(60.0, bk.async_client.driver.read_many_ledger_metadata, wanted)
     out = {}
-    for lid in ids:
-        ref = LedgerRef(LedgerId(scope, lid))
-        try:
-            md = bk.get_ledger_metadata(lid, scope_id=scope)
-        except BKNoSuchLedgerExistsException:
-            continue
-        out[str(lid)] = ledgers.metadata_to_dict(ref, md) if decode else _metadata_text(md)
+    for ledger in wanted:                       # ledgers deleted since the listing are left out
+        if ledger in found:
+            md = found[ledger].metadata
+            out[str(ledger.ledger_id)] = _withheld(ledgers.metadata_to_dict(LedgerRef(ledger), md)) if decode \
+                else _metadata_text(md)
     return out
 
 
+PASSWORD_WITHHELD = "withheld: the admin API never returns ledger passwords"
+
+
+def _withheld(metadata: dict) -> dict:
+    # The password is all that guards a ledger's master key: whoever has it can fence the ledger or send
+    # recovery adds, and these GETs are open to anyone who reaches the port (httpServerReadOnlyOpen).
+    return {**metadata, "password": None, "passwordWithheld": PASSWORD_WITHHELD}
+
+
 def _metadata_text(md) -> str:
+    """Java's print_metadata text (the znode bytes as UTF-8), with the password field left empty."""
     from bkfast.meta.ledger_metadata import serialize_metadata
 
-    return serialize_metadata(md).decode("utf-8", "replace")
+    text = serialize_metadata(md.replace(password=b"")).decode("utf-8", "replace")
+    return f"{text} ({PASSWORD_WITHHELD})"
 
 
 def ledger_metadata(s: _Services, params, body):
     ref = _ledger(params)
-    return {str(ref): ledgers.ledger_metadata(s.client(), ref)}
+    return {str(ref): _withheld(ledgers.ledger_metadata(s.client(), ref))}
 
 
 def ledger_read(s: _Services, params, body):
@@ -291,12 +321,19 @@ def is_ready(s: _Services, params, body):
 
 
 def sanity(s: _Services, params, body):
+    """Java's GET bookie/sanity. It writes and deletes a ledger, so it needs a mutating request's credentials
+    (_Endpoint checks them: CREDENTIALS_REQUIRED), and it pins a client of its own to this bookie, never the
+    shared one the other endpoints use."""
     if s.conf.get("forceReadOnlyBookie") or s.context.bookie.read_only:
         return {"passed": False, "readOnly": True}
     if not s.sanity_running.acquire(blocking=False):
         raise _ApiError(409, "a sanity test is already running on this bookie")
     try:
-        bookie_ops.bookie_sanity(s.client(), s.conf)
+        s.zk()
+        from bkfast import BookKeeper
+
+        with BookKeeper(s.conf.get("metadataServiceUri"), timeout=30.0, **client_settings_of(s.conf)) as own:
+            bookie_ops.bookie_sanity(own, s.conf)
     finally:
         s.sanity_running.release()
     return {"passed": True, "readOnly": False}
@@ -371,6 +408,9 @@ ENDPOINTS: dict[str, dict[str, object]] = {
 }
 """Path under /api/v1/ -> {HTTP method: handler}."""
 
+CREDENTIALS_REQUIRED = frozenset({sanity})
+"""Handlers that change state although Java serves them on GET: they need a mutating request's credentials."""
+
 
 # --- twisted.web plumbing -------------------------------------------------------------------------------
 
@@ -406,37 +446,66 @@ class _Endpoint(resource.Resource):
         if handler is None:
             request.setHeader(b"Allow", ", ".join(self.methods).encode())
             return _reply(request, 405, {"error": f"method {method} not allowed; use {' or '.join(self.methods)}"})
+        security = getattr(request.channel.site, "security", None)
+        if handler in CREDENTIALS_REQUIRED and security is not None and not security.allows_mutation(request):
+            from bkfast.http.security import unauthorized_resource
+
+            log.warning("admin API: refused %s %s without credentials (it changes state)", method,
+                        request.path.decode("ascii", "replace"))
+            return unauthorized_resource().render(request)
         try:
             params = {k.decode(): v[-1].decode() for k, v in request.args.items()}
         except UnicodeDecodeError:
             return _reply(request, 400, {"error": "parameters must be UTF-8"})
         body = request.content.read() if request.content is not None else b""
-        finished = []
-        request.notifyFinish().addBoth(finished.append)
-        d = threads.deferToThread(handler, self.services, params, body)
+        try:
+            d = self.services.gate.run(_handle, handler, self.services, params, body,
+                                       ahead=security is not None and security.allows_mutation(request))
+        except AdminBusyError as err:
+            request.setHeader(b"Retry-After", b"1")
+            return _reply(request, 503, {"error": f"admin API busy, retry later: {err}"})
+        gone = []
 
-        def ok(result):
-            if not finished:
-                request.write(_reply(request, 200, result))
+        def client_gone(failure):
+            gone.append(failure)
+            d.cancel()                  # a request still waiting for the gate is dropped
+
+        request.notifyFinish().addErrback(client_gone)
+
+        def done(answer):
+            if not gone:
+                status, content_type, data = answer
+                request.setResponseCode(status)
+                request.setHeader(b"Content-Type", content_type)
+                request.write(data)
                 request.finish()
 
-        def failed(failure):
-            status, message = _classify(failure.value)
-            if not finished:
-                request.write(_reply(request, status, {"error": message}))
-                request.finish()
-
-        d.addCallbacks(ok, failed)
+        d.addCallback(done)
+        d.addErrback(lambda failure: failure.trap(defer.CancelledError))
         return server.NOT_DONE_YET
+
+
+def _handle(handler, services, params, body) -> tuple[int, bytes, bytes]:
+    """Runs in a pool thread: the handler and the encoding of its answer, so that neither costs the reactor."""
+    try:
+        status, result = 200, handler(services, params, body)
+    except Exception as err:            # every failure is an answer; _classify logs bkfast's own bugs
+        status, message = _classify(err)
+        result = {"error": message}
+    return (status, *_encode(result))
+
+
+def _encode(body) -> tuple[bytes, bytes]:
+    if isinstance(body, Text):
+        return b"text/plain; charset=utf-8", body.encode() + b"\n"
+    return b"application/json", (json.dumps(body, indent=2) + "\n").encode()
 
 
 def _reply(request, status: int, body) -> bytes:
     request.setResponseCode(status)
-    if isinstance(body, Text):
-        request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
-        return body.encode() + b"\n"
-    request.setHeader(b"Content-Type", b"application/json")
-    return (json.dumps(body, indent=2) + "\n").encode()
+    content_type, data = _encode(body)
+    request.setHeader(b"Content-Type", content_type)
+    return data
 
 
 class _Branch(resource.Resource):
@@ -490,7 +559,12 @@ def install_admin_api(root: resource.Resource, context, endpoints: dict | None =
         crochet.no_setup()          # the bookie's reactor runs in the main thread: crochet must not start one
     except RuntimeError:
         pass                        # crochet already set up (a process that owns a client reactor thread)
-    services = _Services(context)
+    from twisted.internet import reactor
+
+    conf = context.bookie.conf
+    gate = AdmissionGate(reactor, conf.http_server_max_concurrent_requests, conf.http_server_max_queued_requests,
+                         conf.http_server_max_busy_share)
+    services = _Services(context, gate)
     v1 = _child(_child(root, b"api"), b"v1")
     for path, methods in (endpoints if endpoints is not None else ENDPOINTS).items():
         node = v1
@@ -498,6 +572,5 @@ def install_admin_api(root: resource.Resource, context, endpoints: dict | None =
         for name in parents:
             node = _child(node, name.encode())
         node.putChild(leaf.encode(), _Endpoint(services, methods))
-    from twisted.internet import reactor
-
     reactor.addSystemEventTrigger("before", "shutdown", services.close)
+    reactor.addSystemEventTrigger("before", "shutdown", gate.stop)

@@ -27,6 +27,8 @@ __all__ = ["ENDPOINTS", "install_all_admin_apis"]
 
 log = logging.getLogger(__name__)
 
+MAX_DELAY_SECONDS = 2**31 - 1
+
 
 def _ops():
     from bkfast.replication import admin_ops
@@ -118,8 +120,9 @@ def delay_get(s, params, body):
 def delay_put(s, params, body):
     values = _body_object(body)
     seconds = values.get("delay_seconds")
-    if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0:
-        raise _ApiError(400, 'expected {"delay_seconds": <seconds >= 0>}')
+    # Java reads the znode as an int: a larger value would make its auditors fail to parse it.
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or not 0 <= seconds <= MAX_DELAY_SECONDS:
+        raise _ApiError(400, f'expected {{"delay_seconds": <seconds from 0 to {MAX_DELAY_SECONDS}>}}')
     zk, root = s.zk()
     _ops().set_lost_bookie_recovery_delay(zk, root, seconds)
     return Text(f"Success set lostBookieRecoveryDelay to {seconds}")

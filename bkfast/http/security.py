@@ -6,8 +6,11 @@ client certificates are trusted; a client certificate is asked for but not deman
 endpoints stay usable without one), and the check in front of every request: a mutating request (any
 method but GET/HEAD/OPTIONS), and a read-only one when `httpServerReadOnlyOpen=false`, needs
 `Authorization: Bearer <token of httpServerAuthTokenFile>` or a client certificate the trust store
-verified; otherwise 401 and nothing runs. `httpServerAuthRequired` (default: on as soon as a token file or
-a trust store is configured) turns the check on.
+verified; otherwise 401 and nothing runs. So does bookie/sanity, a GET that writes a ledger (admin_api).
+With `bookieAuthProviderFactoryClass=...BookieAuthZFactory`, a client certificate must also name one of
+`authorizedRoles` (the bookie port's rule, bkfast.tls.authz). `httpServerAuthRequired` (default: on as
+soon as a token file or a trust store is configured) turns the check on. The check reads headers only:
+bkfast.http.limits applies it before a request body is read.
 """
 
 from __future__ import annotations
@@ -16,28 +19,34 @@ import hmac
 import json
 import logging
 
-from twisted.web import resource, server
+from twisted.web import resource
 
 from bkfast.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GuardedSite", "HttpSecurity", "https_context_factory"]
+__all__ = ["HttpSecurity", "https_context_factory", "unauthorized_resource"]
 
 _READ_ONLY_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS"})
 
 
 class HttpSecurity:
-    """Who may call which admin endpoint."""
+    """Who may call which admin endpoint. With `authorizer` (bookieAuthProviderFactoryClass =
+    BookieAuthZFactory and authorizedRoles), a client certificate admits a request only if it names an
+    authorized role, as on the bookie's own port (spec §8.2)."""
 
-    def __init__(self, required: bool, token: bytes | None, client_certs: bool, read_only_open: bool):
+    def __init__(self, required: bool, token: bytes | None, client_certs: bool, read_only_open: bool,
+                 authorizer=None):
         self.required = required
         self.token = token
         self.client_certs = client_certs
         self.read_only_open = read_only_open
+        self.authorizer = authorizer
 
     @classmethod
     def from_conf(cls, conf) -> HttpSecurity:
+        from bkfast.tls.authz import authorizer_from_conf
+
         token = None
         path = conf.get("httpServerAuthTokenFile")
         if path:
@@ -53,24 +62,40 @@ class HttpSecurity:
         if required and token is None and not client_certs:
             raise ConfigurationError("httpServerAuthRequired: set httpServerAuthTokenFile, or "
                                      "httpServerTlsEnable with httpServerTrustStorePath (client certificates)")
-        return cls(required, token, client_certs, conf.get("httpServerReadOnlyOpen"))
+        authorizer = authorizer_from_conf(conf) if client_certs else None
+        return cls(required, token, client_certs, conf.get("httpServerReadOnlyOpen"), authorizer)
 
     def allows(self, request) -> bool:
+        """Whether `request` may be served by its method: reads are open with httpServerReadOnlyOpen."""
         if not self.required:
             return True
         if self.read_only_open and request.method in _READ_ONLY_METHODS:
             return True
+        return self.has_credentials(request.requestHeaders, request.transport)
+
+    def allows_mutation(self, request) -> bool:
+        """Whether `request` carries what a mutating request needs, whatever its method (a GET that
+        changes state, such as bookie/sanity)."""
+        return not self.required or self.has_credentials(request.requestHeaders, request.transport)
+
+    def has_credentials(self, headers, transport) -> bool:
+        """The bearer token, or a client certificate the trust store verified (with an authorized role when
+        authorization is configured). Decided on the headers alone, so before any body is read."""
         if self.token is not None:
-            header = request.getHeader(b"authorization") or b""
-            if isinstance(header, str):
-                header = header.encode()
-            scheme, _, given = header.partition(b" ")
+            values = headers.getRawHeaders(b"authorization") or [b""]
+            scheme, _, given = values[-1].partition(b" ")
             if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
                 return True
         if self.client_certs:
-            get_cert = getattr(request.transport, "getPeerCertificate", None)
-            if get_cert is not None and get_cert() is not None:
-                return True       # verified against httpServerTrustStorePath during the handshake
+            get_cert = getattr(transport, "getPeerCertificate", None)
+            peer = get_cert() if get_cert is not None else None
+            if peer is not None:        # verified against httpServerTrustStorePath during the handshake
+                if self.authorizer is None:
+                    return True
+                why_not = self.authorizer.check(peer.to_cryptography())
+                if why_not is None:
+                    return True
+                log.warning("admin API: client certificate %s refused: %s", peer.get_subject().CN, why_not)
         return False
 
 
@@ -85,19 +110,9 @@ class _Unauthorized(resource.Resource):
                                      "or a trusted client certificate"}) + "\n").encode()
 
 
-class GuardedSite(server.Site):
-    """A Site whose every request passes `HttpSecurity.allows` before any resource sees it."""
-
-    def __init__(self, root, security: HttpSecurity, **kwargs):
-        super().__init__(root, **kwargs)
-        self.security = security
-
-    def getResourceFor(self, request):
-        if not self.security.allows(request):
-            log.warning("admin API: refused unauthenticated %s %s from %s", request.method.decode("ascii", "replace"),
-                        request.uri.decode("ascii", "replace"), request.getClientAddress())
-            return _Unauthorized()
-        return super().getResourceFor(request)
+def unauthorized_resource() -> resource.Resource:
+    """The 401 answer, for a request refused after its body (if any) was read."""
+    return _Unauthorized()
 
 
 def https_context_factory(conf):

@@ -1,7 +1,7 @@
 """The bookie's admin HTTP server (BookKeeper's HTTP admin endpoint names), served on the bookie's reactor.
 
   GET /heartbeat                        200 "OK\\n"
-  GET /metrics                          Prometheus text exposition (prometheus_client MetricsResource)
+  GET /metrics                          Prometheus text exposition (made in a pool thread, its own gate)
   GET /api/v1/bookie/info               {"freeSpace": n, "totalSpace": n}  (ledger dirs, as BookieInfoService)
   GET /api/v1/bookie/state              {"running", "readOnly", "shuttingDown", "availableForHighPriorityWrites"}
   PUT /api/v1/bookie/state/readonly     body {"readOnly": true|false}: switch read-only at run time
@@ -25,10 +25,12 @@ import json
 import logging
 import os
 
-from prometheus_client.twisted import MetricsResource
-from twisted.internet import threads
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from twisted.internet import defer, threads
 from twisted.web import resource, server
 
+from bkfast.errors import AdminBusyError
+from bkfast.http.limits import AdminSite, AdmissionGate, load_json
 from bkfast.http.metrics import BookieMetrics
 from bkfast.ids import bookie_address
 
@@ -83,6 +85,42 @@ class _Leaf(resource.Resource):
         self.ctx = ctx
 
 
+class MetricsResource(resource.Resource):
+    """Prometheus' text exposition of `registry`, made in a pool thread admitted by `gate`."""
+
+    isLeaf = True
+
+    def __init__(self, registry, gate: AdmissionGate):
+        super().__init__()
+        self.registry = registry
+        self.gate = gate
+
+    def render_GET(self, request):
+        try:
+            d = self.gate.run(generate_latest, self.registry)
+        except AdminBusyError as err:
+            request.setHeader(b"Retry-After", b"1")
+            return _error(request, 503, f"metrics busy, retry later: {err}")
+        gone = []
+        request.notifyFinish().addErrback(lambda failure: (gone.append(failure), d.cancel()))
+
+        def write(text: bytes):
+            if not gone:
+                request.setHeader(b"Content-Type", CONTENT_TYPE_LATEST.encode())
+                request.write(text)
+                request.finish()
+
+        def failed(failure):
+            if failure.check(defer.CancelledError) or gone:
+                return
+            log.error("metrics exposition failed: %s", failure.getErrorMessage())
+            request.write(_error(request, 500, "metrics exposition failed"))
+            request.finish()
+
+        d.addCallbacks(write, failed)
+        return server.NOT_DONE_YET
+
+
 class HeartbeatResource(_Leaf):
     def render_GET(self, request):
         request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
@@ -122,7 +160,7 @@ class ReadOnlyResource(_Leaf):
 
     def render_PUT(self, request):
         try:
-            body = json.loads(request.content.read() or b"{}")
+            body = load_json(request.content.read() or b"{}")
             value = body["readOnly"]
             if not isinstance(value, bool):
                 raise ValueError("readOnly must be true or false")
@@ -162,7 +200,7 @@ class GcResource(_Leaf):
 
     def render_PUT(self, request):
         try:
-            body = json.loads(request.content.read() or b"{}")
+            body = load_json(request.content.read() or b"{}")
             major = body.get("forceMajor", True)
             minor = body.get("forceMinor", True)
             if not isinstance(major, bool) or not isinstance(minor, bool):
@@ -184,13 +222,20 @@ class GcDetailsResource(_Leaf):
 def build_site(ctx: AdminContext, security=None) -> server.Site:
     """The admin site: the endpoints above, and those of bkfast.http.admin_api and autorecovery_api (spec §9.2)
     under /api/v1/;
-    with `security` (bkfast.http.security), mutating requests need its token or client certificate."""
+    with `security` (bkfast.http.security), mutating requests need its token or client certificate; request
+    bodies and handler CPU are bounded by bkfast.http.limits."""
+    from twisted.internet import reactor
+
     from bkfast.http.autorecovery_api import install_all_admin_apis
 
     root = resource.Resource()
     root.putChild(b"heartbeat", HeartbeatResource(ctx))
     if ctx.metrics is not None:
-        root.putChild(b"metrics", MetricsResource(registry=ctx.metrics.registry))
+        # A gate of its own: a flood of heavy admin GETs must not starve Prometheus' scrapes, and a flood
+        # of scrapes must not take the reactor (an exposition costs ~1-2 ms of Python).
+        gate = AdmissionGate(reactor, concurrency=1, max_queued=16, busy_share=0.05)
+        reactor.addSystemEventTrigger("before", "shutdown", gate.stop)
+        root.putChild(b"metrics", MetricsResource(ctx.metrics.registry, gate))
     api = resource.Resource()
     v1 = resource.Resource()
     bookie = resource.Resource()
@@ -202,14 +247,7 @@ def build_site(ctx: AdminContext, security=None) -> server.Site:
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
     install_all_admin_apis(root, ctx)
-    if security is not None:
-        from bkfast.http.security import GuardedSite
-
-        site = GuardedSite(root, security)
-    else:
-        site = server.Site(root)
-    site.displayTracebacks = False
-    return site
+    return AdminSite(root, security, ctx.bookie.conf.http_server_max_request_body_bytes)
 
 
 def start_http_server(reactor, conf, ctx: AdminContext, sock=None):

@@ -15,8 +15,10 @@ import abc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 
+from bkfast.errors import BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
 
 from .ledger_metadata import LedgerMetadata
@@ -76,6 +78,23 @@ class MetadataDriver(abc.ABC):
     @abc.abstractmethod
     def read_ledger_metadata(self, ledger: LedgerId) -> Deferred:
         """Fires with Versioned; BKNoSuchLedgerExistsException if absent."""
+
+    def read_many_ledger_metadata(self, ledgers: Iterable[LedgerId]) -> Deferred:
+        """Fires with {LedgerId: Versioned} for those of `ledgers` that exist (the others are left out), in
+        one operation: a listing of many ledgers' metadata costs the caller's reactor one hop, not one per
+        ledger. Drivers that can pipeline the reads override this."""
+        ledgers = list(ledgers)
+
+        def absent_is_none(failure):
+            failure.trap(BKNoSuchLedgerExistsException)
+            return None
+
+        reads = [self.read_ledger_metadata(ledger).addErrback(absent_is_none) for ledger in ledgers]
+        d = defer.gatherResults(reads, consumeErrors=True)
+        d.addCallback(lambda values: {ledger: v for ledger, v in zip(ledgers, values, strict=True) if v is not None})
+        d.addErrback(lambda failure: failure.value.subFailure if isinstance(failure.value, defer.FirstError)
+                     else failure)
+        return d
 
     @abc.abstractmethod
     def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata, expected_version: int) -> Deferred:

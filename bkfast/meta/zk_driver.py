@@ -299,6 +299,15 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
             raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
         return Versioned(_parse(ledger, path, data), stat.version)
 
+    def read_many_ledger_metadata(self, ledgers: Iterable[LedgerId]) -> defer.Deferred:
+        return self._in_pool(self._read_many_blocking, list(ledgers))
+
+    def _read_many_blocking(self, ledgers: list[LedgerId]) -> dict[LedgerId, Versioned]:
+        paths = {self._path(ledger): ledger for ledger in ledgers}
+        found = self._call_many("read", self.zk.get_async, list(paths), missing=None)
+        return {paths[path]: Versioned(_parse(paths[path], path, got[0]), got[1].version)
+                for path, got in found.items() if got is not None}
+
     def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata,
                               expected_version: int) -> defer.Deferred:
         try:

@@ -54,6 +54,7 @@ class AutoRecoveryDaemon:
         from kazoo.retry import KazooRetry
 
         from bkfast.client.bookkeeper import AsyncBookKeeper
+        from bkfast.conf import client_settings_of
         from bkfast.meta import metadata_from_conf
         from bkfast.meta.zk_layout import read_layout
 
@@ -66,7 +67,7 @@ class AutoRecoveryDaemon:
             self.zk, self.root, store_ctime=self.conf.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime"))
         self.urm.ensure_layout()
         uri = self.conf.get("metadataServiceUri")
-        self.bk = call(AsyncBookKeeper.connect, uri, None, timeout=60)
+        self.bk = call(AsyncBookKeeper.connect, uri, None, timeout=60, **client_settings_of(self.conf))
 
     def _main(self) -> None:
         try:

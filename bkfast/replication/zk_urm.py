@@ -417,6 +417,9 @@ class UnderReplicationManager:
         return int(data.decode("ascii"))
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        # Java's auditor reads the znode with Integer.parseInt: anything beyond an int stops it.
+        if not 0 <= int(seconds) <= 2**31 - 1:
+            raise ValueError(f"lostBookieRecoveryDelay {seconds}: expected 0 to {2**31 - 1} seconds")
         data = str(int(seconds)).encode("ascii")
         try:
             self.zk.set(self.delay_path, data)
