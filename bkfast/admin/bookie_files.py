@@ -9,6 +9,7 @@ index. Opening DbLedgerStorage takes RocksDB's lock, so a running bookie's direc
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,12 +64,17 @@ def last_mark(conf) -> dict:
     return out[0] if count == 1 else {**out[0], "journals": out}
 
 
+_DECIMAL = re.compile(r"[0-9]{1,20}")
+_HEX = re.compile(r"0[xX][0-9a-fA-F]{1,16}")
+
+
 def _parse_number(text: str, what: str) -> int:
-    try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text)
-    except ValueError:
-        raise AdminError(f"{what} {text!r} is neither a number (decimal, or hex with 0x) nor an existing file") \
-            from None
+    # ASCII only: int() would also read other scripts' digits, "_" separators, signs and spaces.
+    if _HEX.fullmatch(text):
+        return int(text, 16)
+    if _DECIMAL.fullmatch(text):
+        return int(text)
+    raise AdminError(f"{what} {text!r} is neither a number (decimal, or hex with 0x) nor an existing file")
 
 
 def _journal_location(conf, ref: str) -> tuple[str, int]:

@@ -16,17 +16,29 @@ from bkfast.meta import (
     zk_path,
 )
 from bkfast.meta.zk_driver import bookie_info_from_data
-from bkfast.meta.zk_layout import AVAILABLE, COOKIES, READONLY
+from bkfast.meta.zk_layout import AVAILABLE, COOKIES, LAYOUT, READONLY
 
 from .common import AdminError, Progress, in_reactor
 
 __all__ = ["init_cluster", "format_cluster", "nuke_cluster", "instance_id", "list_bookies", "bookie_info",
-           "cluster_info", "UNDERREPLICATION", "AUDITOR_ELECTION"]
+           "cluster_info", "require_cluster", "UNDERREPLICATION", "AUDITOR_ELECTION"]
 
 UNDERREPLICATION = "underreplication"
 AUDITOR_ELECTION = "auditorelection"
 _UR_LEDGERS = "ledgers"
 _UR_DISABLE = "disable"
+
+
+def require_cluster(zk, root: str, hosts: str) -> None:
+    """AdminError naming hosts + root unless `root` holds a BookKeeper cluster: its LAYOUT znode, written
+    last by initnewcluster and read first by every client. Without this check a mistyped root reads as a
+    healthy cluster: no disable znode (autorecovery "enabled"), no under-replicated ledgers, no auditor."""
+    root = zk_path(root)
+    if zk.exists(zk_path(root, LAYOUT)) is not None:
+        return
+    why = "it does not exist" if zk.exists(root) is None else f"it has no {LAYOUT} znode"
+    raise AdminError(f"{hosts}{root} is not a BookKeeper cluster: {why} (check --metadata-uri / "
+                     "metadataServiceUri, or create one there with `bkfast shell initnewcluster`)")
 
 
 def init_cluster(zk, root: str, layout: str) -> dict:

@@ -1,9 +1,12 @@
-"""What every admin operation shares: the operator-error type, ledger references, the ZooKeeper session of
-a command and the bridge from a blocking caller to the client's reactor."""
+"""What every admin operation shares: the operator-error type, ledger references, the checks of ids an
+operator types (bookie ids, ledger and entry ids), the ZooKeeper session of a command and the bridge from a
+blocking caller to the client's reactor."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -11,7 +14,7 @@ from bkfast.errors import AdminError, BKError, ConfigurationError, InvalidLedger
 from bkfast.ids import LedgerId, validate_ledger_id, validate_scope_id
 
 __all__ = ["AdminError", "LedgerRef", "Progress", "ledger_ref", "zk_session", "zk_target", "in_reactor",
-           "OPERATOR_ERRORS"]
+           "OPERATOR_ERRORS", "check_bookie_id", "parse_id"]
 
 Progress = Callable[[int, "int | None"], None]
 """progress(done, total): called as a long operation advances (total None when unknown)."""
@@ -61,6 +64,30 @@ def ledger_ref(ledger_id: int | None = None, scope_id: int | None = None,
         raise AdminError(str(err)) from None
 
 
+# Java's BookieId.validateBookieId pattern as it is: ":-_" is a range (":" to "_"), so "@", "[" and "]" (a
+# bracketed IPv6 host) pass as they do in Java, and "/" never does.
+_BOOKIE_ID = re.compile(r"[a-zA-Z0-9:-_.\-]+")
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def check_bookie_id(text: str) -> str:
+    """A bookie id as BookKeeper's BookieId accepts it, returned unchanged; AdminError otherwise. The id
+    becomes a znode name (cookies/<id>, available/<id>): "readonly" is available/'s read-only folder, and
+    ZooKeeper refuses "." and ".." as names, so neither names a bookie."""
+    if not _BOOKIE_ID.fullmatch(text) or text in ("readonly", ".", ".."):
+        raise AdminError(f"invalid bookie id {text!r}: a bookie id is host:port, or a name of letters, digits "
+                         "and '.-_:' (no '/'), and not 'readonly', '.' or '..'")
+    return text
+
+
+def parse_id(text: str, what: str, high: int, low: int = 0) -> int:
+    """An id an operator typed, from ASCII decimal digits only: int() also reads " +1_0" as 10 and U+0661
+    (ARABIC-INDIC DIGIT ONE) as 1, so a slip could name another ledger. AdminError names `what`."""
+    if _DECIMAL.fullmatch(text) and low <= int(text) <= high:
+        return int(text)
+    raise AdminError(f"invalid {what} {text!r}: give an integer in ASCII digits (0-9), from {low} to {high}")
+
+
 def zk_target(metadata_uri: str) -> tuple[str, str, str]:
     """(connect string, ledgers root, layout) of a ZooKeeper metadata URI; AdminError for anything else."""
     from bkfast.meta import MetadataError, parse_metadata_service_uri
@@ -77,16 +104,21 @@ def zk_target(metadata_uri: str) -> tuple[str, str, str]:
 @contextlib.contextmanager
 def zk_session(hosts: str, timeout_s: float) -> Iterator:
     """A started kazoo client, stopped and closed on exit; AdminError naming the hosts if it cannot connect."""
-    from kazoo.client import KazooClient
     from kazoo.handlers.threading import KazooTimeoutError
 
-    zk = KazooClient(hosts=hosts, timeout=timeout_s)
-    try:
-        zk.start(timeout=timeout_s)
-    except KazooTimeoutError:
-        zk.close()
-        raise AdminError(f"cannot connect to ZooKeeper at {hosts} within {timeout_s:g} s: is it running? "
-                         "(check metadataServiceUri / --metadata-uri)") from None
+    from bkfast.meta.zk_client import make_zk_client, quiet_connect_attempts
+
+    # A command's session ends by design when it is done: no line about it.
+    zk = make_zk_client(hosts, timeout_s, log_states=False)
+    # kazoo's line per refused attempt shows under --verbose (INFO) only; the error below says it once.
+    with quiet_connect_attempts(zk, shown_from=logging.INFO) as attempts:
+        try:
+            zk.start(timeout=timeout_s)
+        except KazooTimeoutError:
+            zk.close()
+            cause = f" ({attempts[0]})" if attempts else ""
+            raise AdminError(f"cannot connect to ZooKeeper at {hosts} within {timeout_s:g} s{cause}: is it "
+                             "running? (check metadataServiceUri / --metadata-uri)") from None
     try:
         yield zk
     finally:

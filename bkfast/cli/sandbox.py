@@ -134,11 +134,11 @@ class Sandbox:
         from kazoo.handlers.threading import KazooTimeoutError
 
         from bkfast.meta import zk_layout
-        from bkfast.server.metadata import quiet_kazoo_connect
+        from bkfast.meta.zk_client import quiet_connect_attempts
 
         client = KazooClient(hosts=connect, timeout=15.0)
         try:
-            with quiet_kazoo_connect():
+            with quiet_connect_attempts(client):
                 client.start(timeout=ZK_CONNECT_TIMEOUT_S)
         except KazooTimeoutError:
             client.close()

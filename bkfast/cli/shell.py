@@ -1,7 +1,8 @@
 """`bkfast shell`: BookKeeper's admin commands with its names — the cluster commands here, the ledger
 commands in shell_ledgers, a bookie's own files and cookies in shell_bookie. Every command takes --conf /
 --metadata-uri, prints one line on an operator's mistake (exit 1; 2 for usage) and `--json` where it
-prints data. The work is done by bkfast.admin; this module only parses options and prints."""
+prints data. Every command but initnewcluster, metaformat and nukeexistingcluster refuses a root that is not a
+BookKeeper cluster. The work is done by bkfast.admin; this module only parses options and prints."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ _LAYOUTS = click.Choice(["flat", "hierarchical", "longhierarchical"])
 @json_option
 def initnewcluster(target, layout, as_json):
     """Create the cluster's metadata in ZooKeeper; refuses if it exists."""
-    with zk_of(target) as (zk, root, uri_layout):
+    with zk_of(target, cluster=False) as (zk, root, uri_layout):
         out = admin_cluster.init_cluster(zk, root, layout or uri_layout)
     hosts = _hosts(target)
     emit(out, as_json, lambda o: f"initialized cluster at {hosts}{o['root']} (instance id {o['instanceId']})")
@@ -45,7 +46,7 @@ def _hosts(target) -> str:
 @json_option
 def metaformat(target, force, as_json):
     """Delete all metadata under the ledgers root and initialize a new cluster."""
-    with zk_of(target) as (zk, root, uri_layout):
+    with zk_of(target, cluster=False) as (zk, root, uri_layout):
         out = admin_cluster.format_cluster(zk, root, force, uri_layout)
     hosts = _hosts(target)
 
@@ -64,7 +65,8 @@ def metaformat(target, force, as_json):
 @json_option
 def nukeexistingcluster(target, instance_id, force, as_json):
     """Delete the whole cluster's metadata (every ledger, cookie and registration) under the root."""
-    with zk_of(target) as (zk, root, _layout), progress("deleting znodes", not as_json) as bar:
+    # A half-made cluster (INSTANCEID, no LAYOUT yet) is one nuke must still be able to delete.
+    with zk_of(target, cluster=False) as (zk, root, _layout), progress("deleting znodes", not as_json) as bar:
         out = admin_cluster.nuke_cluster(zk, root, instance_id, force, bar)
     emit(out, as_json, lambda o: f"deleted {o['root']} ({o['deletedNodes']} znodes)")
 

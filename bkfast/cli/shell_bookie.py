@@ -9,8 +9,21 @@ import itertools
 import click
 
 from bkfast.admin import bookie_files, bookie_ops
+from bkfast.meta.zk_layout import COOKIES, zk_path
 
-from .shell_common import client_of, common_options, emit, json_option, ledger_options, progress, ref_of, zk_of
+from .shell_common import (
+    ENTRY_ID,
+    LEDGER_ID,
+    SCOPE_ID,
+    client_of,
+    common_options,
+    emit,
+    json_option,
+    ledger_options,
+    progress,
+    ref_of,
+    zk_of,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -60,13 +73,13 @@ def readjournal(target, journal, with_msg, fmt, as_json):
 @click.command()
 @common_options
 @click.argument("entry_log")
-@click.option("--ledger", "-l", "ledger_id", type=click.IntRange(0, 2**63 - 1), default=None,
+@click.option("--ledger", "-l", "ledger_id", type=LEDGER_ID, default=None,
               help="Only entries of this ledger")
-@click.option("--ledger-scope-id", "scope_id", type=click.IntRange(0, 2**64 - 1), default=None,
+@click.option("--ledger-scope-id", "scope_id", type=SCOPE_ID, default=None,
               help="Scope of --ledger (default 0)")
 @click.option("--ledger-qualified-name", "qualified_name", default=None, metavar="HEX32",
               help="Only entries of this ledger, as 32 hex digits (instead of --ledger)")
-@click.option("--entry", "-e", "entry_id", type=click.IntRange(0, 2**63 - 1), default=None,
+@click.option("--entry", "-e", "entry_id", type=ENTRY_ID, default=None,
               help="Only this entry (with a ledger)")
 @click.option("--msg", "-m", "with_msg", is_flag=True, help="Print each entry's bytes too")
 @click.option("--as", "fmt", type=click.Choice(["hex", "text"]), default="hex", show_default=True,
@@ -173,12 +186,26 @@ def updatecookie(target, bookie_id, expandstorage, list_, delete, force, as_json
             text = f"added {', '.join(out['addedDirectories'])} to the cookie of {out['bookieId']}"
         elif list_:
             out = bookie_ops.list_cookies(zk, root, target.conf)
-            text = "\n".join([f"ZooKeeper cookie of {out['bookieId']}:", str(out["zookeeper"]).rstrip()]
-                             + [f"{d}:\n{str(c).rstrip()}" for d, c in out["directories"].items()])
+            text = "\n".join(_cookie_lines(out, root))
         else:
             out = bookie_ops.delete_cookie(zk, root, target.conf, force)
             text = f"deleted the ZooKeeper cookie of {out['bookieId']}"
     emit(out, as_json, lambda _o: text)
+
+
+def _cookie_lines(out: dict, root: str):
+    bid = out["bookieId"]
+    if out["zookeeper"] is None:
+        yield f"no cookie for {bid} in ZooKeeper ({zk_path(root, COOKIES, bid)})"
+    else:
+        yield f"ZooKeeper cookie of {bid}:"
+        yield out["zookeeper"].rstrip()
+    for directory, cookie in out["directories"].items():
+        if cookie is None:
+            yield f"{directory}: no cookie"
+        else:
+            yield f"{directory}:"
+            yield cookie.rstrip()
 
 
 @click.command()

@@ -1,7 +1,9 @@
 """What every `bkfast shell` command shares: the option set (--conf, --metadata-uri, --zk-connect, --root,
---verbose), the configuration and metadata URI they resolve to, one-line errors (exit 1; 2 for usage)
-with the traceback only under --verbose, JSON output, progress bars on a terminal only, and the
-ZooKeeper session / client of a command. Commands stay thin: they call bkfast.admin and print."""
+--verbose), the configuration and metadata URI they resolve to, the types of the ids an operator types
+(a malformed one is a one-line error, exit 1), one-line errors (exit 1; 2 for usage) with the traceback only
+under --verbose, JSON output, progress bars on a terminal only, and the ZooKeeper session / client of a
+command, which refuse a root that is not a BookKeeper cluster. Commands stay thin: they call bkfast.admin
+and print."""
 
 from __future__ import annotations
 
@@ -15,11 +17,21 @@ from collections.abc import Iterator
 
 import click
 
-from bkfast.admin.common import OPERATOR_ERRORS, AdminError, ledger_ref, zk_session, zk_target
+from bkfast.admin.cluster import require_cluster
+from bkfast.admin.common import (
+    OPERATOR_ERRORS,
+    AdminError,
+    check_bookie_id,
+    ledger_ref,
+    parse_id,
+    zk_session,
+    zk_target,
+)
 from bkfast.conf import ServerConfiguration, log_unknown_keys
+from bkfast.ids import MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_SCOPE_ID
 
 __all__ = ["common_options", "ledger_options", "json_option", "Target", "emit", "progress", "zk_of", "client_of",
-           "ref_of"]
+           "ref_of", "BOOKIE_ID", "BOOKIE_IDS", "LEDGER_ID", "SCOPE_ID", "ENTRY_ID", "LAST_ENTRY_ID"]
 
 
 class Target:
@@ -89,6 +101,38 @@ def common_options(f):
     return wrapper
 
 
+class _Checked(click.ParamType):
+    """A value checked by a bkfast.admin.common check; a malformed one is the check's one line (exit 1), not
+    click's usage text, and never reaches ZooKeeper as a path part."""
+
+    def __init__(self, name: str, check):
+        self.name = name
+        self._check = check
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):          # a default, already a value
+            return value
+        try:
+            return self._check(value)
+        except AdminError as err:
+            raise click.ClickException(str(err)) from None
+
+
+def _bookie_ids(text: str) -> list[str]:
+    ids = [check_bookie_id(part.strip()) for part in text.split(",") if part.strip()]
+    if not ids:
+        raise AdminError(f"no bookie id in {text!r}: give BOOKIE_ID[,BOOKIE_ID...]")
+    return ids
+
+
+BOOKIE_ID = _Checked("bookie_id", check_bookie_id)
+BOOKIE_IDS = _Checked("bookie_ids", _bookie_ids)
+LEDGER_ID = _Checked("ledger_id", lambda t: parse_id(t, "ledger id", MAX_LEDGER_ID))
+SCOPE_ID = _Checked("scope_id", lambda t: parse_id(t, "ledger scope id", MAX_SCOPE_ID))
+ENTRY_ID = _Checked("entry_id", lambda t: parse_id(t, "entry id", MAX_ENTRY_ID))
+LAST_ENTRY_ID = _Checked("entry_id", lambda t: parse_id(t, "entry id", MAX_ENTRY_ID, low=-1))
+
+
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text")(f)
 
@@ -97,9 +141,9 @@ def ledger_options(f):
     """LEDGER_ID argument (optional) plus --ledger-scope-id / --ledger-qualified-name (BP-34)."""
     f = click.option("--ledger-qualified-name", "qualified_name", default=None, metavar="HEX32",
                      help="Ledger as 32 hex digits (scope then id), instead of LEDGER_ID")(f)
-    f = click.option("--ledger-scope-id", "scope_id", type=click.IntRange(0, 2**64 - 1), default=None,
+    f = click.option("--ledger-scope-id", "scope_id", type=SCOPE_ID, default=None,
                      help="Scope of LEDGER_ID (default 0, BookKeeper's ids)")(f)
-    return click.argument("ledger_id", type=click.IntRange(0, 2**63 - 1), required=False)(f)
+    return click.argument("ledger_id", type=LEDGER_ID, required=False)(f)
 
 
 def ref_of(ledger_id, scope_id, qualified_name):
@@ -148,10 +192,13 @@ def progress(label: str, enabled: bool = True) -> Iterator:
 
 
 @contextlib.contextmanager
-def zk_of(target: Target) -> Iterator[tuple]:
-    """(kazoo client, ledgers root, layout) for ZooKeeper-side commands."""
+def zk_of(target: Target, cluster: bool = True) -> Iterator[tuple]:
+    """(kazoo client, ledgers root, layout) for ZooKeeper-side commands; with `cluster`, only once the root
+    is a BookKeeper cluster (the commands that create or wipe one pass False)."""
     hosts, root, layout = zk_target(target.metadata_uri)
     with zk_session(hosts, target.zk_timeout_s) as zk:
+        if cluster:
+            require_cluster(zk, root, hosts)
         yield zk, root, layout
 
 
@@ -163,10 +210,10 @@ def client_of(target: Target, timeout_s: float = 60.0) -> Iterator:
     if target.metadata_uri.lower().startswith("embedded:"):
         zk_target(target.metadata_uri)           # the one-line refusal: embedded metadata serves one process
     if target.metadata_uri.lower().startswith(("zk:", "zk+")):
-        # Fail in one line before the client's retries: the store must be reachable.
-        hosts, _root, _layout = zk_target(target.metadata_uri)
-        with zk_session(hosts, target.zk_timeout_s):
-            pass
+        # Fail in one line before the client's retries: the store must be reachable and hold a cluster.
+        hosts, root, _layout = zk_target(target.metadata_uri)
+        with zk_session(hosts, target.zk_timeout_s) as zk:
+            require_cluster(zk, root, hosts)
     bk = BookKeeper(target.metadata_uri, timeout=timeout_s)
     try:
         yield bk

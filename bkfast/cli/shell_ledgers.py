@@ -7,7 +7,18 @@ import click
 
 from bkfast.admin import ledgers as admin_ledgers
 
-from .shell_common import client_of, common_options, emit, json_option, ledger_options, progress, ref_of
+from .shell_common import (
+    ENTRY_ID,
+    LAST_ENTRY_ID,
+    SCOPE_ID,
+    client_of,
+    common_options,
+    emit,
+    json_option,
+    ledger_options,
+    progress,
+    ref_of,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -20,7 +31,7 @@ def _last_ensemble(md: dict) -> str:
 @click.command()
 @common_options
 @click.option("--meta", "-m", "with_meta", is_flag=True, help="Also print each ledger's metadata")
-@click.option("--ledger-scope-id", "scope_id", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True,
+@click.option("--ledger-scope-id", "scope_id", type=SCOPE_ID, default=0, show_default=True,
               help="List the ledgers of this scope")
 @json_option
 def listledgers(target, with_meta, scope_id, as_json):
@@ -56,8 +67,8 @@ def ledgermetadata(target, ledger_id, scope_id, qualified_name, as_json):
 @click.command()
 @common_options
 @ledger_options
-@click.option("--first", "-fe", "first", type=click.IntRange(0), default=0, show_default=True, help="First entry")
-@click.option("--last", "-le", "last", type=click.IntRange(-1), default=-1, show_default=True,
+@click.option("--first", "-fe", "first", type=ENTRY_ID, default=0, show_default=True, help="First entry")
+@click.option("--last", "-le", "last", type=LAST_ENTRY_ID, default=-1, show_default=True,
               help="Last entry (-1 = the last confirmed one)")
 @click.option("--as", "fmt", type=click.Choice(["text", "hex"]), default="text", show_default=True,
               help="How to print each entry's payload")

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from .shell_common import client_of, common_options, emit, json_option, zk_of
+from .shell_common import BOOKIE_ID, BOOKIE_IDS, LEDGER_ID, client_of, common_options, emit, json_option, zk_of
 
 __all__ = ["COMMANDS"]
 
@@ -65,12 +65,12 @@ def _summary_lines(out: dict):
 
 @click.command()
 @common_options
-@click.argument("bookies")
-@click.option("--target", "target_bookie", default=None, metavar="BOOKIE_ID",
+@click.argument("bookies", type=BOOKIE_IDS)
+@click.option("--target", "target_bookie", type=BOOKIE_ID, default=None, metavar="BOOKIE_ID",
               help="Copy to this bookie (default: placement policy)")
 @click.option("--dry-run", "-dr", "dry_run", is_flag=True, help="Print the plan, change nothing")
 @click.option("--skip-open-ledgers", "-sk", "skip_open", is_flag=True, help="Leave OPEN ledgers alone")
-@click.option("--ledger", "-l", "ledger_id", type=click.IntRange(0, 2**63 - 1), default=None,
+@click.option("--ledger", "-l", "ledger_id", type=LEDGER_ID, default=None,
               help="Only this ledger (scope 0)")
 @click.option("--rate", "rate", type=int, default=None, metavar="BYTES/S",
               help="Copy at most this many bytes per second (default: replicationRateByBytes, -1 = unlimited)")
@@ -81,10 +81,9 @@ def recover(target, bookies, target_bookie, dry_run, skip_open, ledger_id, rate,
     from bkfast.ids import LedgerId
     from bkfast.replication.recover import recover_bookies_blocking
 
-    failed = [b.strip() for b in bookies.split(",") if b.strip()]
     rate_bytes = rate if rate is not None else target.conf.get("replicationRateByBytes")
     with client_of(target) as bk, _recovery_bar(not as_json) as bar:
-        out = recover_bookies_blocking(bk, failed, target=target_bookie, dry_run=dry_run, skip_open=skip_open,
+        out = recover_bookies_blocking(bk, bookies, target=target_bookie, dry_run=dry_run, skip_open=skip_open,
                                        ledger=LedgerId(0, ledger_id) if ledger_id is not None else None,
                                        rate_bytes=rate_bytes, progress=bar)
     emit(out, as_json, _summary_lines)
@@ -114,9 +113,9 @@ def autorecovery(target, enable, disable, status, as_json):
 
 @click.command()
 @common_options
-@click.option("--missing-replica", "-mr", "missing", default=None, metavar="BOOKIE_ID",
+@click.option("--missing-replica", "-mr", "missing", type=BOOKIE_ID, default=None, metavar="BOOKIE_ID",
               help="Only ledgers missing this bookie")
-@click.option("--excluding-missing-replica", "-emr", "excluding", default=None, metavar="BOOKIE_ID",
+@click.option("--excluding-missing-replica", "-emr", "excluding", type=BOOKIE_ID, default=None, metavar="BOOKIE_ID",
               help="Only ledgers not missing this bookie")
 @click.option("--print-missing-replica", "-pmr", "print_missing", is_flag=True, help="Print the missing bookies")
 @json_option
@@ -187,7 +186,7 @@ def lostbookierecoverydelay(target, get, seconds, as_json):
 
 @click.command()
 @common_options
-@click.argument("bookie_id")
+@click.argument("bookie_id", type=BOOKIE_ID)
 @json_option
 def decommissionbookie(target, bookie_id, as_json):
     """Re-replicate every ledger off BOOKIE_ID, then remove its cookie."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import threading
 
@@ -38,7 +37,7 @@ from twisted.internet import defer
 from twisted.web import resource, server
 
 from bkfast.admin import bookie_files, bookie_ops, cluster, ledgers
-from bkfast.admin.common import AdminError, LedgerRef, in_reactor
+from bkfast.admin.common import AdminError, LedgerRef, in_reactor, parse_id
 from bkfast.conf import client_settings_of, format_value, is_secret_key
 from bkfast.errors import (
     AdminBusyError,
@@ -73,23 +72,16 @@ class Text(str):
 # --- parameters ---------------------------------------------------------------------------------------
 
 
-_ASCII_INTEGER = re.compile(r"-?[0-9]{1,40}")
-
-
 def _int(params: dict, name: str, default: int | None = None, low: int = 0, high: int = 2**63 - 1) -> int:
     text = params.get(name)
     if text is None or text == "":
         if default is None:
             raise _ApiError(400, f"missing parameter {name}")
         return default
-    # Python's int() also takes other scripts' digits, "_" separators, "+" and spaces ("\u0661" is 1,
-    # " +1_0" is 10): an id must mean one thing to every tool that reads it.
-    if not _ASCII_INTEGER.fullmatch(text):
-        raise _ApiError(400, f"{name}: expected an integer of ASCII digits, got {text!r}")
-    value = int(text)
-    if not low <= value <= high:
-        raise _ApiError(400, f"{name}: {value} is outside [{low}, {high}]")
-    return value
+    try:
+        return parse_id(text, name, high, low)      # ASCII digits only, as the shell takes them
+    except AdminError as err:
+        raise _ApiError(400, str(err)) from None
 
 
 def _bool(params: dict, name: str) -> bool:

@@ -9,33 +9,14 @@ blocks on ZooKeeper: never call it on the reactor thread (the service uses the r
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import MetadataError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MetadataSession", "quiet_kazoo_connect"]
-
-
-@contextlib.contextmanager
-def quiet_kazoo_connect() -> Iterator[None]:
-    """While a first connection is tried, keep kazoo's lines about each attempt (an INFO "Connecting to" and
-    a WARNING "Connection dropped: ... refused") off stderr unless DEBUG is on: an unreachable ZooKeeper ends
-    in one line of ours, not thirty of kazoo's. Later reconnects of the session log as usual."""
-    kazoo_log = logging.getLogger("kazoo.client")
-    if kazoo_log.isEnabledFor(logging.DEBUG):
-        yield
-        return
-    level = kazoo_log.level
-    kazoo_log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        kazoo_log.setLevel(level)
+__all__ = ["MetadataSession"]
 
 
 class MetadataSession:
@@ -47,7 +28,7 @@ class MetadataSession:
         from kazoo.handlers.threading import KazooTimeoutError
 
         from bkfast.meta import metadata_from_conf
-        from bkfast.meta.zk_client import make_zk_client
+        from bkfast.meta.zk_client import make_zk_client, quiet_connect_attempts
 
         self.conf = conf
         connect, self.root, _ = metadata_from_conf(conf)
@@ -55,7 +36,7 @@ class MetadataSession:
         self.zk = make_zk_client(connect, timeout_s)   # reconnects within a second after an outage
         wait_s = max(timeout_s, 5.0)
         try:
-            with quiet_kazoo_connect():
+            with quiet_connect_attempts(self.zk):
                 self.zk.start(timeout=wait_s)
         except KazooTimeoutError:
             self.zk.close()
