@@ -25,6 +25,7 @@ class Pki:
     bookie_key: Path
     bookie_cert: Path
     clients: dict            # name -> (key, cert)
+    authority: CertificateAuthority | None = None     # the CA itself, for tests that issue more certificates
 
     def bookie_conf(self, *, client_auth: bool = False, authz: bool = False) -> dict[str, str]:
         conf = {"tlsProviderFactoryClass": TLS_FACTORY, "tlsKeyStoreType": "PEM",
@@ -64,7 +65,7 @@ def make_pki(directory: Path) -> Pki:
         "expired": ca.issue("old", ou="0:bkclient;1:cluster1", expired=True).write_pem(directory, "expired"),
         "otherca": other.issue("stranger", ou="0:bkclient;1:cluster1").write_pem(directory, "otherca"),
     }
-    return Pki(directory, ca.write_pem(directory / "ca.pem"), bookie_key, bookie_cert, clients)
+    return Pki(directory, ca.write_pem(directory / "ca.pem"), bookie_key, bookie_cert, clients, ca)
 
 
 def start_tls(client: Client, ctx: ssl.SSLContext) -> Client:

@@ -76,13 +76,15 @@ class CertificateAuthority:
             [pkcs12.PKCS12Certificate(self.cert, b"ca")], serialization.BestAvailableEncryption(password)))
         return path
 
-    def issue(self, common_name: str, *, ou: str | None = None, hosts: tuple[str, ...] = (),
+    def issue(self, common_name: str, *, ou: str | tuple[str, ...] | None = None, hosts: tuple[str, ...] = (),
               days: float = 30, expired: bool = False) -> Issued:
-        """A certificate for `common_name` (subject OU `ou`; SANs `hosts`); `expired`: valid until yesterday."""
+        """A certificate for `common_name` (subject OU `ou`, or several OU RDNs in that order, before the CN;
+        SANs `hosts`); `expired`: valid until yesterday."""
         key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-        if ou is not None:
-            attrs.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou))
+        units = () if ou is None else (ou,) if isinstance(ou, str) else tuple(ou)
+        ous = [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit) for unit in units]
+        cn = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        attrs = cn + ous if len(ous) <= 1 else ous + cn
         now = _now()
         if expired:
             start, end = now - datetime.timedelta(days=30), now - datetime.timedelta(days=1)
