@@ -418,14 +418,22 @@ def unknown_key_warnings(conf: Configuration) -> tuple[list[str], list[str]]:
 
 def log_unknown_keys(conf: Configuration, logger: logging.Logger | None = None) -> list[str]:
     """Log the configuration's unknown keys once (call at start): a WARNING per likely misspelling, with
-    the closest known key, and one INFO line naming the rest (kept: plugins may read them). Returns the
-    warnings."""
+    the closest known key, one INFO line naming BookKeeper's keys that bkfast does not need, and one naming
+    the rest (kept: plugins may read them). Returns the warnings."""
+    from bkfast.conf_java import JAVA_SERVER_KEYS_NOT_READ
+
     logger = logger or logging.getLogger("bkfast.conf")
     suggestions, others = unknown_key_warnings(conf)
     for line in suggestions:
         logger.warning("%s", line)
-    if others:
-        logger.info("keys bkfast does not read (kept for plugins): %s", ", ".join(others))
+    # BookKeeper's own keys are not "unknown": a Java bk_server.conf carried over holds them by design.
+    java = [name for name in others if name in JAVA_SERVER_KEYS_NOT_READ]
+    unknown = [name for name in others if name not in JAVA_SERVER_KEYS_NOT_READ]
+    if java:
+        logger.info("BookKeeper keys bkfast does not read (what they set is built in, absent or fixed here; "
+                    "not misspellings): %s", ", ".join(java))
+    if unknown:
+        logger.info("keys bkfast does not read (kept for plugins): %s", ", ".join(unknown))
     return suggestions
 
 

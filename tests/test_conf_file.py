@@ -87,7 +87,8 @@ def test_every_listed_key_has_a_line_of_explanation():
 
 def test_misspelled_key_is_kept_and_reported_with_the_closest_key(tmp_path, caplog):
     path = tmp_path / "bk_server.conf"
-    path.write_text("journalDirectores=/data/j\nJOURNALMAXBACKUPS=3\nstatsProviderClass=org.x.Stats\n")
+    path.write_text("journalDirectores=/data/j\nJOURNALMAXBACKUPS=3\nstatsProviderClass=org.x.Stats\n"
+                    "allowLoopback=true\nmyPluginKey=1\n")
     conf = ServerConfiguration.load(path, env={})
     assert conf.get("journalDirectores") == "/data/j"              # kept for plugins
     suggestions, others = unknown_key_warnings(conf)
@@ -95,13 +96,15 @@ def test_misspelled_key_is_kept_and_reported_with_the_closest_key(tmp_path, capl
         "journalDirectores is not a key bkfast reads; did you mean journalDirectories?",
         "JOURNALMAXBACKUPS is not a key bkfast reads; did you mean journalMaxBackups?",
     ]
-    assert others == ["statsProviderClass"]
+    assert others == ["statsProviderClass", "allowLoopback", "myPluginKey"]
     with caplog.at_level(logging.INFO, logger="bkfast.conf"):
         log_unknown_keys(conf)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert warnings == suggestions
-    assert infos == ["keys bkfast does not read (kept for plugins): statsProviderClass"]
+    assert infos == ["BookKeeper keys bkfast does not read (what they set is built in, absent or fixed here; "
+                     "not misspellings): statsProviderClass, allowLoopback",
+                     "keys bkfast does not read (kept for plugins): myPluginKey"]
 
 
 def test_known_keys_give_no_warning():

@@ -134,13 +134,41 @@ class BookieRegistration:
         cid = self.zk.client_id
         return cid[0] if cid else None
 
+    def _expiry_deadline(self) -> float:
+        # ZooKeeper expires a dead session only at a tick boundary after its timeout, so a bookie that
+        # restarts right after a crash may wait a little longer than one session timeout.
+        return time.monotonic() + (self.wait_expired_timeout if self.wait_expired_timeout is not None
+                                   else 2 * getattr(self.zk, "_session_timeout", 10000) / 1000.0 + 1.0)
+
+    def wait_previous_session(self) -> float:
+        """Wait (up to the session timeout, as register() would) until no node of this bookie id is held by
+        another ZooKeeper session: after a kill -9, the old process's session holds them until it expires.
+        Returns the seconds waited; BookieIdInUseError when they outlive the wait. A bookie calls this
+        before it listens, so that nothing connects to it while it cannot yet register."""
+        started = time.monotonic()
+        deadline = self._expiry_deadline()
+        logged = False
+        for path in (self.writable_path, self.readonly_path):
+            while True:
+                stat = self.zk.exists(path)
+                if stat is None or stat.ephemeralOwner in (0, self._session_id()):
+                    break                       # absent, ours, or not ephemeral (register() says so)
+                if time.monotonic() >= deadline:
+                    raise BookieIdInUseError(
+                        f"bookie id {self.bookie_id} is already registered at {path} by another live ZooKeeper "
+                        f"session (0x{stat.ephemeralOwner:x}); is another bookie running with the same id?")
+                if not logged:
+                    log.info("bookie %s: %s is held by an earlier ZooKeeper session (0x%x), as after a crash; "
+                             "waiting up to %.1f s for it to expire before listening", self.bookie_id, path,
+                             stat.ephemeralOwner, deadline - time.monotonic())
+                    logged = True
+                time.sleep(min(self.retry_interval, max(0.0, deadline - time.monotonic())))
+        return time.monotonic() - started
+
     def _create(self, path: str) -> None:
         """Create the ephemeral node, waiting (up to the session timeout) for a previous session's node
         to expire; re-use a node our own session already owns."""
-        # ZooKeeper expires a dead session only at a tick boundary after its timeout, so a bookie that
-        # restarts right after a crash may wait a little longer than one session timeout.
-        deadline = time.monotonic() + (self.wait_expired_timeout if self.wait_expired_timeout is not None
-                                       else 2 * getattr(self.zk, "_session_timeout", 10000) / 1000.0 + 1.0)
+        deadline = self._expiry_deadline()
         while True:
             try:
                 self.zk.create(path, self.service_info, ephemeral=True, makepath=True)

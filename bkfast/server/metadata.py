@@ -53,13 +53,24 @@ class MetadataSession:
 
         check_or_create_cookies(self.zk, self.root, self.conf, bid)
 
-    def register(self, bid: str, host: str, port: int, read_only: bool, tls: bool = False) -> None:
+    def prepare_registration(self, bid: str, host: str, port: int, tls: bool = False) -> None:
+        """Before the bookie listens: wait until an earlier session's registration of `bid` has expired (a
+        restart after kill -9), so that a client that connects meanwhile is refused at once rather than
+        left unanswered by a bookie that has bound its port but is not serving yet."""
         from bkfast.meta import BookieRegistration, bookie_service_info
 
         info = bookie_service_info(host, port, extensions=("tls",) if tls else ())
         self.registration = BookieRegistration(self.zk, self.root, bid, info)
-        self.registration.register(read_only=read_only)
-        log.info("bookie %s registered under %s/available%s", bid, self.root, "/readonly" if read_only else "")
+        waited = self.registration.wait_previous_session()
+        if waited > 0.5:
+            log.info("bookie %s: the earlier session's registration expired after %.1f s", bid, waited)
+
+    def register(self, read_only: bool) -> None:
+        """Register (prepare_registration first), once the bookie listens."""
+        registration = self.registration
+        registration.register(read_only=read_only)
+        log.info("bookie %s registered under %s/available%s", registration.bookie_id, self.root,
+                 "/readonly" if read_only else "")
 
     def sync_read_only(self, read_only: bool) -> None:
         """Move the registration between available/ and available/readonly/ if it is on the other side."""

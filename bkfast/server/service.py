@@ -9,10 +9,12 @@ the start, writing a cookie or the new journal file, is one too: `dir_error`); c
 service and check (or write) the cookies (with --no-metadata: check, or on a new bookie write, the cookie
 files of the directories alone);
 start the Bookie (journal replay) and the metadata driver the garbage collector asks (it shares the
-bookie's ZooKeeper session); only then listen on the bound sockets (connections are refused until the
-bookie serves), create the metrics and hand them to the Bookie, its Journal and the admin HTTP server,
-and register the advertised host in ZooKeeper. stop() (reactor thread; a Deferred): stop accepting, let in-flight adds
-finish (up to DRAIN_TIMEOUT_S), flush, close connections. close(), after stop() (or once the reactor
+bookie's ZooKeeper session); wait for an earlier session's registration of this bookie id to expire (a
+restart after kill -9: up to twice zkTimeout); only then listen on the bound sockets (connections are
+refused, at once, until the bookie serves: never accepted and left unanswered), create the metrics and hand
+them to the Bookie, its Journal and the admin HTTP server, and register the advertised host in ZooKeeper.
+stop() (reactor thread; a Deferred): stop accepting, let in-flight adds finish (up to DRAIN_TIMEOUT_S),
+flush, close connections. close(), after stop() (or once the reactor
 has stopped): unregister, end the ZooKeeper session, stop the Bookie (flush + checkpoint).
 run() is the process's main: signal handlers (SIGTERM/SIGINT stop cleanly, also during start-up), start,
 the "bookie listening on" line, the reactor, close, the exit code (1 after a fatal error);
@@ -206,6 +208,10 @@ class BookieService:
         try:
             check_dirs(conf)          # an unusable dir stops the start before ZooKeeper is touched
             self._check_cookies_and_start_bookie()
+            if self.meta is not None:
+                # The port is bound and not listening: a client is refused at once while this waits.
+                self.meta.prepare_registration(self.bookie_id, self.bookie_address.host, conf.get("bookiePort"),
+                                               tls=self.security is not None and self.security.tls is not None)
             self._listen()
             if conf.get("httpServerEnabled"):
                 self._start_http()
@@ -310,9 +316,7 @@ class BookieService:
         from twisted.internet import threads
 
         meta, node, bid = self.meta, self.bookie, self.bookie_id
-        security = self.factory.security
-        meta.register(bid, self.bookie_address.host, self.address.port, node.read_only,
-                      tls=security is not None and security.tls is not None)
+        meta.register(node.read_only)
 
         def sync_registration(_read_only=None):
             # Run in a pool thread (the ZooKeeper move blocks). A move that fails while ZooKeeper is
