@@ -287,6 +287,11 @@ class BKUnexpectedConditionException(BKError):
     code = ClientCode.UnexpectedConditionException
 
 
+class EntryTooLargeError(BKIllegalOpException):
+    """An entry (or a stream record) is larger than a bookie accepts in one frame (nettyMaxFrameSizeBytes
+    less the add request's framing); it was refused before anything was sent."""
+
+
 # Short names used throughout the client API (the issue texts and README speak of these).
 BKNoSuchLedgerExists = BKNoSuchLedgerExistsException
 BKLedgerFenced = BKLedgerFencedException
@@ -431,6 +436,10 @@ class StreamExistsError(StreamError):
 
 class StreamFencedError(BKLedgerFencedException):
     """Another writer took over the log stream; this writer can no longer append."""
+
+
+class StreamWriterStoppedError(BKWriteException):
+    """The log stream's writer gave up: its segments kept failing while no write succeeded."""
 
 
 # --- the one table of wire codes -------------------------------------------------------------------

@@ -150,6 +150,31 @@ def test_a_failing_task_fails_the_job_and_leaves_no_segment_and_no_orphan_ledger
     assert _ledgers(cluster) == before
 
 
+def test_a_row_no_entry_can_hold_fails_the_job_naming_the_limit_and_leaves_no_segment_or_ledger(spark, cluster, ns):
+    """Issue 24: the sink refuses, before sending it, a row larger than a bookie accepts in one frame; the
+    job fails with that reason instead of tasks rolling ledgers against a refusal that cannot change."""
+    ns.create_stream("oversized")
+    before = _ledgers(cluster)
+    df = spark.createDataFrame([(None, b"small"), (None, b"V" * 6_000_000)], "key binary, value binary").coalesce(1)
+    with pytest.raises(Exception, match="record .* of 6000000 bytes exceeds the largest entry a bookie accepts: "
+                                        "nettyMaxFrameSizeBytes=5242880"):
+        df.write.format("bkfast").options(**_opts(cluster, "oversized")).mode("append").save()
+    assert ns.describe("oversized").segments == ()
+    assert _ledgers(cluster) == before
+
+
+def test_rows_of_uneven_sizes_are_cut_into_entries_that_each_fit_a_frame(spark, cluster, ns):
+    """Entries are sized from the average row; three 2 MB rows among small ones would make one 6 MB entry
+    that no bookie takes: the sink cuts that range until each entry fits."""
+    ns.create_stream("uneven")
+    rows = [(None, b"%d" % i) for i in range(2000)]
+    rows[10:13] = [(None, bytes([65 + i]) * 2_000_000) for i in range(3)]
+    df = spark.createDataFrame(rows, "key binary, value binary").coalesce(1)
+    df.write.format("bkfast").options(**_opts(cluster, "uneven")).mode("append").save()
+    got = spark.read.format("bkfast").options(**_opts(cluster, "uneven")).load().select("value").collect()
+    assert Counter(r.value for r in got) == Counter(v for _, v in rows)
+
+
 def test_job_rerun_after_a_driver_failure_before_commit_does_not_duplicate(spark, cluster, ns, tmp_path):
     """The first run's driver is SIGKILLed after every task committed its ledger and before the driver
     commit (a subclass of the source kills its own process in commit()); the re-run with the same

@@ -101,10 +101,18 @@ def describe(metadata_uri, name, as_json) -> None:
 @click.option("--key", default=None, help="Key of every record.")
 def append(metadata_uri, name, key) -> None:
     """Append each line of standard input as one record (takes the stream's writer over)."""
+    lines = [line.rstrip(b"\n") for line in sys.stdin.buffer]
+    keys = [key.encode()] * len(lines) if key else None
     with _namespace(metadata_uri) as ns:
+        # before the writer: taking the stream over already adds a segment and a ledger
+        ns.check_records(lines, keys)
         w = ns.open_writer(name)
-        lines = [line.rstrip(b"\n") for line in sys.stdin.buffer]
-        last = w.write_many(lines, [key.encode()] * len(lines) if key else None) if lines else None
+        try:
+            last = w.write_many(lines, keys) if lines else None
+        except BKError:
+            with contextlib.suppress(BKError):
+                w.close()
+            raise
         w.close()
         click.echo(f"appended {len(lines)} records; last at {last}")
 

@@ -5,9 +5,13 @@ its write set (round robin over the ensemble); it completes when AQ distinct boo
 acknowledged it, and completions are delivered strictly in entry order. When a bookie fails (error or
 timeout), it is replaced: a new segment starting at LAC + 1 is CAS-written into the metadata and the
 pending adds are re-sent to the replacement; while that runs, acknowledgements are held back so the
-segment boundary stays fixed. Fencing (a recovering reader) ends the writer: every pending and later
-add fails with BKLedgerFencedException. The same machinery re-adds entries during recovery
-(`recovery=True`: recovery-add flag, high priority, metadata expected IN_RECOVERY).
+segment boundary stays fixed. A bookie that failed an add is not chosen as a replacement again until
+an add completes, so a refusal that follows the entry rather than the bookie ends in
+BKNotEnoughBookiesException after at most one change per bookie, not in an endless loop of ensemble
+changes; and an entry too long for a bookie's frame is refused before it is sent (`entry_size.py`).
+Fencing (a recovering reader) ends the writer: every pending and later add fails with
+BKLedgerFencedException. The same machinery re-adds entries during recovery (`recovery=True`:
+recovery-add flag, high priority, metadata expected IN_RECOVERY).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from bkfast.ids import DEFERRED_SYNC, scope_field
 from bkfast.meta.ledger_metadata import LedgerState
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
+from .entry_size import max_entry_size, too_large
 from .handle import LedgerHandle
 from .placement import choose_replacements
 from .throttle import AddThrottle
@@ -49,13 +54,15 @@ ALL_POSITIONS = (1 << 64) - 1
 _V3_ADD_ONLY = pb.Request()        # only its addRequest is ever set (see _make_v3_add)
 
 
-def _replacements(bk, ensemble, failed, scope_id):
-    """New members for the `failed` bookies of `ensemble`: preferably not ones that failed lately, but, as
-    Java's BookieWatcher does with quarantined bookies, those too rather than none at all."""
+def _replacements(bk, ensemble, failed, scope_id, excluded):
+    """New members for the `failed` bookies of `ensemble`, never one of `excluded`: preferably not ones
+    that failed lately either, but, as Java's BookieWatcher does with quarantined bookies, those too
+    rather than none at all."""
     try:
-        return choose_replacements(bk.writable_bookies, ensemble, failed | bk.recently_failed, scope_id)
+        return choose_replacements(bk.writable_bookies, ensemble, failed | excluded | bk.recently_failed,
+                                   scope_id)
     except BKNotEnoughBookiesException:
-        return choose_replacements(bk.writable_bookies, ensemble, failed, scope_id)
+        return choose_replacements(bk.writable_bookies, ensemble, failed | excluded, scope_id)
 
 
 class WriteHandle(LedgerHandle):
@@ -85,10 +92,17 @@ class WriteHandle(LedgerHandle):
                                 self._slow_send, self._make_v3_add if self._v3 else self._make_frame,
                                 self._position_failed, self._drained, self._v3, self.ledger_id)
         self.last_add_pushed = lac
+        self._max_entry = max_entry_size(client.max_frame_size)
         throttle = self.conf.get("throttle")
         self._throttle = AddThrottle(throttle, self.reactor) if throttle > 0 and not recovery else None
         self._changing_ensemble = False
         self._failed_bookies: set[str] = set()
+        # Bookies that failed an add since the LAC was `_stuck_lac`. A refusal that follows the entry
+        # rather than the bookie (a frame the bookies' nettyMaxFrameSizeBytes rejects, say) fails on
+        # every replacement: never handing the entry back to a bookie that already failed it bounds
+        # the ensemble changes (and ledger metadata writes) by the number of bookies.
+        self._stuck_lac = -2
+        self._failed_while_stuck: set[str] = set()
         self._error: BaseException | None = None
         self._closing = False
         self._closed = False
@@ -139,16 +153,20 @@ class WriteHandle(LedgerHandle):
         return len(self._core.pending) + (len(self._throttle) if self._throttle is not None else 0)
 
     # --- adds ---------------------------------------------------------------------------------------
-    def _refuse(self) -> BaseException | None:
+    def _refuse(self, data) -> BaseException | None:
         if self._error is not None:
             return self._error
         if self._closing or self._closed:
             return BKLedgerClosedException(f"ledger {self.ledger_id} is closed (or closing) for writing")
+        if len(data) > self._max_entry:
+            return too_large(f"ledger {self.ledger_id}: entry", len(data), self.bookie_client.max_frame_size)
         return None
 
     def add_entry(self, data) -> defer.Deferred:
-        """Append `data`; fires with its entry id once AQ bookies acknowledged it (in entry order)."""
-        refused = self._refuse()
+        """Append `data`; fires with its entry id once AQ bookies acknowledged it (in entry order).
+        An entry longer than `entry_size.max_entry_size(nettyMaxFrameSizeBytes)` fails at once with
+        EntryTooLargeError (no entry id taken, nothing sent, the handle stays writable)."""
+        refused = self._refuse(data)
         if refused is not None:
             return defer.fail(refused)
         entry_id = self.last_add_pushed + 1
@@ -161,7 +179,7 @@ class WriteHandle(LedgerHandle):
         """Java's asyncAddEntry(data, cb, ctx): append `data` and call callback(error, entry_id, ctx) once
         AQ bookies acknowledged it (error None), in entry order, or with the error (entry_id -1 if the
         add was refused at once). No Deferred is made: the cheapest way to pipeline many adds."""
-        refused = self._refuse()
+        refused = self._refuse(data)
         if refused is not None:
             self.reactor.callLater(0, callback, refused, -1, ctx)
             return
@@ -321,9 +339,18 @@ class WriteHandle(LedgerHandle):
                 if not failed:
                     break
                 new_first = core.lac + 1
+                if core.lac != self._stuck_lac:
+                    self._stuck_lac = core.lac
+                    self._failed_while_stuck = set()
+                excluded = self._failed_while_stuck - failed
+                self._failed_while_stuck |= failed
                 try:
-                    new_ensemble = _replacements(self.bk, ensemble, failed, self.scope_id)
+                    new_ensemble = _replacements(self.bk, ensemble, failed, self.scope_id, excluded)
                 except BKNotEnoughBookiesException as exc:
+                    if excluded:
+                        exc = BKNotEnoughBookiesException(
+                            f"{exc}; bookies {', '.join(sorted(self._failed_while_stuck))} all failed adds "
+                            f"since entry {new_first} was sent, and none is tried twice")
                     log.error("ledger %d: cannot replace failed bookies %s: %s", self.ledger_id, sorted(failed), exc)
                     self._fail_handle(exc)
                     return
@@ -454,8 +481,8 @@ class WriteHandleAdv(WriteHandle):
 
     _sorted_entry_ids = True
 
-    def _refuse_entry(self, entry_id) -> BaseException | None:
-        refused = self._refuse()
+    def _refuse_entry(self, entry_id, data) -> BaseException | None:
+        refused = self._refuse(data)
         if refused is not None:
             return refused
         if not isinstance(entry_id, int) or entry_id < 0:
@@ -466,7 +493,7 @@ class WriteHandleAdv(WriteHandle):
         return None
 
     def add_entry(self, entry_id: int, data) -> defer.Deferred:  # type: ignore[override]
-        refused = self._refuse_entry(entry_id)
+        refused = self._refuse_entry(entry_id, data)
         if refused is not None:
             return defer.fail(refused)
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
@@ -476,7 +503,7 @@ class WriteHandleAdv(WriteHandle):
 
     def async_add_entry(self, entry_id: int, data, callback, ctx=None) -> None:  # type: ignore[override]
         """Java's LedgerHandleAdv.asyncAddEntry(entryId, data, cb, ctx): callback(error, entry_id, ctx)."""
-        refused = self._refuse_entry(entry_id)
+        refused = self._refuse_entry(entry_id, data)
         if refused is not None:
             self.reactor.callLater(0, callback, refused, -1, ctx)
             return

@@ -4,7 +4,9 @@ Reading: a stream entry's batch sections already have Arrow's layout (int32 offs
 validity bitmap, int64 timestamps), so the `value`, `key` and `timestamp` columns are built with
 `pa.Array.from_buffers` over the entry payload; the constant and positional columns (`stream`,
 `segment`, `entry`, `slot`, `position`) come from Arrow kernels. Writing: a task's Arrow `value` /
-`key` columns are cut into entry-sized row ranges and packed with `encode_sections` from their buffers.
+`key` columns are cut into entry-sized row ranges and packed with `encode_sections` from their buffers;
+a range is halved until its entry fits in a frame (rows of uneven sizes), and a row that cannot fit
+even alone fails the task with EntryTooLargeError (no add is sent: a retry could not do better).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkfast.streams.batch import DecodedBatch, encode_sections
+from bkfast.streams.batch import DecodedBatch, encode_sections, encoded_size
+from bkfast.streams.limits import max_batch_payload, record_error
 
 __all__ = ["entry_arrays", "to_record_batches", "encode_arrow", "SPARK_ARROW_SCHEMA"]
 
@@ -94,10 +97,25 @@ def _binary(col, what: str) -> pa.Array:
     raise TypeError(f"bkfast: the {what} column must be binary or string, not {col.type}")
 
 
+def _fitting_rows(vlen: pa.Array, klen: pa.Array | None, a: int, m: int, limit: int, max_frame_size: int,
+                  base_index: int) -> int:
+    """How many of rows [a, a + m) (at most m, at least 1) make an entry of at most `limit` bytes."""
+    while True:
+        vbytes = pc.sum(vlen.slice(a, m)).as_py() or 0
+        kbytes = (pc.sum(klen.slice(a, m)).as_py() or 0) if klen is not None else 0
+        if encoded_size(m, vbytes, kbytes, klen is not None) <= limit:
+            return m
+        if m == 1:
+            raise record_error(vbytes, kbytes if klen is not None else None, max_frame_size,
+                               f"record (row {base_index + a} of the task)")
+        m //= 2
+
+
 def encode_arrow(rb: pa.RecordBatch, ts_ms: int, base_index: int, max_batch_bytes: int = 256 * 1024,
-                 max_batch_records: int = 10000):
+                 max_batch_records: int = 10000, max_frame_size: int = 5 * 1024 * 1024):
     """Yield (payload, records) entry payloads for the rows of `rb` (its `value` and optional `key`
-    columns); `base_index` is the number of records already in the segment."""
+    columns); `base_index` is the number of records already in the segment. Each payload fits in a
+    frame of `max_frame_size` bytes (the client's nettyMaxFrameSizeBytes)."""
     names = rb.schema.names
     values = _binary(rb.column(names.index("value")), "value")
     keys = _binary(rb.column(names.index("key")), "key") if "key" in names else None
@@ -109,8 +127,12 @@ def encode_arrow(rb: pa.RecordBatch, ts_ms: int, base_index: int, max_batch_byte
     avg = max(1, (values.nbytes // n)) + 12 + (keys.nbytes // n if keys is not None else 0)
     step = max(1, min(max_batch_records, max_batch_bytes // avg))
     ts_one = struct.pack("<q", ts_ms)
-    for a in range(0, n, step):
-        m = min(step, n - a)
+    limit = max_batch_payload(max_frame_size)
+    vlen = pc.binary_length(values).cast(pa.int64())
+    klen = pc.binary_length(keys).fill_null(0).cast(pa.int64()) if keys is not None else None
+    a = 0
+    while a < n:
+        m = _fitting_rows(vlen, klen, a, min(step, n - a), limit, max_frame_size, base_index)
         v = pa.concat_arrays([values.slice(a, m)])              # offset 0, own buffers
         vo = pa.Array.from_buffers(pa.int32(), m + 1, [None, v.buffers()[1]])
         start, stop = vo[0].as_py(), vo[m].as_py()
@@ -131,3 +153,4 @@ def encode_arrow(rb: pa.RecordBatch, ts_ms: int, base_index: int, max_batch_byte
             kdata = k.buffers()[2].to_pybytes()[kstart:kstop] if k.buffers()[2] is not None else b""
             key_parts = (bitmap, ko.buffers()[1].to_pybytes()[:4 * (m + 1)], kdata)
         yield encode_sections(m, ts_one * m, voff, vdata, key_parts, base_index + a), m
+        a += m

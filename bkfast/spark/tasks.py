@@ -146,11 +146,12 @@ def write_task(opts, write_id: str, batches) -> TaskSegment:
                                            "bkfast.task": f"{partition}.{attempt}"})
     records, first_ts, last_ts = 0, 0, 0
     in_flight = None
+    max_frame = int(bk.async_client.conf.get("nettyMaxFrameSizeBytes"))
     try:
         pending: list[bytes] = []
         for rb in batches:
             ts = int(time.time() * 1000)
-            for payload, m in encode_arrow(rb, ts, records):
+            for payload, m in encode_arrow(rb, ts, records, max_frame_size=max_frame):
                 pending.append(payload)
                 records += m
                 first_ts = first_ts or ts

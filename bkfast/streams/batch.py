@@ -40,7 +40,7 @@ from itertools import accumulate, islice
 from bkfast.errors import StreamError
 
 __all__ = ["encode_batch", "encode_control", "decode_batch", "DecodedBatch", "batch_header", "BATCH_OVERHEAD",
-           "FORMAT_VERSION"]
+           "FORMAT_VERSION", "encoded_size"]
 
 MAGIC = b"BKSR"
 FORMAT_VERSION = 1
@@ -53,6 +53,17 @@ _FLAG_CONTROL = 2
 
 def _pad(n: int) -> int:
     return -n & 7
+
+
+def encoded_size(n: int, value_bytes: int, key_bytes: int = 0, has_keys: bool = False) -> int:
+    """The exact length of the payload `encode_sections` makes for `n` records holding `value_bytes` of
+    values and, `has_keys`, `key_bytes` of keys."""
+    offsets = 4 * (n + 1)
+    size = HEADER_SIZE + 8 * n + offsets + _pad(offsets)
+    if not has_keys:
+        return size + value_bytes
+    bitmap = (n + 7) >> 3
+    return size + bitmap + _pad(bitmap) + offsets + _pad(offsets) + value_bytes + _pad(value_bytes) + key_bytes
 
 
 def encode_batch(values: list, keys: list | None, timestamps: list[int], base_index: int) -> bytes:

@@ -141,6 +141,10 @@ class Namespace:
     def end_position(self, name: str, password: bytes = b""):
         return self._call(self._ns.end_position, name, password)
 
+    def check_records(self, values, keys=None) -> None:
+        """Raise EntryTooLargeError for the first record no stream entry can hold (before any writer)."""
+        self._ns.check_records(values, keys)
+
     def open_writer(self, name: str, **options) -> StreamWriter:
         return StreamWriter(self._call(self._ns.open_writer, name, **options), self._timeout)
 

@@ -23,6 +23,7 @@ from bkfast.client.bookkeeper import AsyncBookKeeper
 from bkfast.errors import StreamError
 from bkfast.meta.streams import Segment, StreamMetadata, check_stream_name
 
+from .limits import check_records
 from .meta_ops import delete_ledgers, now_ms, retention_cut, update_stream, without_segments
 from .position import DLSN, EARLIEST
 from .reader import end_position, open_reader
@@ -149,6 +150,11 @@ class AsyncNamespace:
         except (StreamError, TypeError) as e:
             return defer.fail(StreamError(str(e)) if isinstance(e, TypeError) else e)
         return defer.ensureDeferred(AsyncStreamWriter(self, name, opts)._open())
+
+    def check_records(self, values, keys=None) -> None:
+        """Raise EntryTooLargeError for the first of `values` (with `keys`) that no stream entry can hold
+        (the client's nettyMaxFrameSizeBytes less all framing): a check that needs no writer."""
+        check_records(int(self.bk.conf.get("nettyMaxFrameSizeBytes")), list(values), keys)
 
     def open_reader(self, name: str, start=EARLIEST, password: bytes = b"", **options) -> defer.Deferred:
         """A reader from `start`: EARLIEST, LATEST, a DLSN / "seq:entry:slot", or a timestamp (ms or datetime)."""

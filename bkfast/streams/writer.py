@@ -15,7 +15,13 @@ Rolling (segment size / record count / age): stop sending, wait for the in-fligh
 ledger, CAS (seal it, append a new open segment, drop what retention removes), then send what queued
 up. A failed ledger (any add error but fencing) rolls the same way, except that the ledger is first
 recovered: in-flight batches the recovery kept are acknowledged at their old position, the rest are
-re-sent to the new segment, so no acknowledged record is lost and none is written twice.
+re-sent to the new segment, so no acknowledged record is lost and none is written twice. Rolls after
+failed segments back off, are bounded, and stop the writer when no write gets through
+(`roll_guard.py`).
+
+Size: a batch is also sealed before it would outgrow the largest entry a bookie accepts (the client's
+nettyMaxFrameSizeBytes less all framing, `limits.py`), and a record that cannot fit even alone fails
+at once, before anything is sent; the writer goes on with the other records.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from collections import deque
 
 from twisted.internet import defer
 
-from bkfast.errors import StreamError, StreamFencedError
+from bkfast.errors import StreamError, StreamFencedError, StreamWriterStoppedError
 
-from .batch import BATCH_OVERHEAD, encode_batch, encode_control
+from .batch import BATCH_OVERHEAD, encode_batch, encode_control, encoded_size
+from .limits import check_records, max_batch_payload, record_error
 from .meta_ops import delete_ledgers, now_ms, retention_cut, sealed_from_ledger, update_stream, without_segments
 from .position import DLSN
+from .roll_guard import RollGuard
 
 __all__ = ["AsyncStreamWriter", "WriterOptions"]
 
@@ -38,14 +46,22 @@ log = logging.getLogger(__name__)
 
 
 class WriterOptions:
-    """Writer settings (keyword arguments of `open_writer`)."""
+    """Writer settings (keyword arguments of `open_writer`).
+
+    After a failed segment (see roll_guard.py): `max_failed_rolls` rolls with no write acknowledged
+    before the writer stops, the first `roll_backoff_ms` after the failure and doubling, and at most
+    `max_failed_segments_per_minute` segments created within a minute while no write succeeds."""
 
     def __init__(self, max_batch_bytes: int = 256 * 1024, max_batch_records: int = 10000, linger_ms: float = 2.0,
                  max_segment_bytes: int = 256 * 1024 * 1024, max_segment_records: int = 0, max_segment_age_ms: int = 0,
                  ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, digest_type=None,
-                 password: bytes = b"", max_inflight_batches: int = 64):
+                 password: bytes = b"", max_inflight_batches: int = 64, max_failed_rolls: int = 5,
+                 roll_backoff_ms: float = 100.0, max_failed_segments_per_minute: int = 10):
         if max_batch_bytes <= 0 or max_batch_records <= 0:
             raise StreamError("max_batch_bytes and max_batch_records must be positive")
+        if max_failed_rolls < 0 or roll_backoff_ms < 0 or max_failed_segments_per_minute < 1:
+            raise StreamError("max_failed_rolls and roll_backoff_ms must be >= 0, max_failed_segments_per_minute "
+                              ">= 1")
         self.max_batch_bytes = int(max_batch_bytes)
         self.max_batch_records = int(max_batch_records)
         self.linger_ms = float(linger_ms)
@@ -56,10 +72,13 @@ class WriterOptions:
         self.digest_type = digest_type
         self.password = password.encode() if isinstance(password, str) else bytes(password)
         self.max_inflight_batches = int(max_inflight_batches)
+        self.max_failed_rolls = int(max_failed_rolls)
+        self.roll_backoff_ms = float(roll_backoff_ms)
+        self.max_failed_segments_per_minute = int(max_failed_segments_per_minute)
 
 
 class _Batch:
-    __slots__ = ("values", "keys", "ts", "waiters", "nbytes", "entry_id", "seq", "payload")
+    __slots__ = ("values", "keys", "ts", "waiters", "nbytes", "vbytes", "kbytes", "entry_id", "seq", "payload")
 
     def __init__(self):
         self.values: list = []
@@ -67,6 +86,7 @@ class _Batch:
         self.ts: list[int] = []
         self.waiters: list = []            # (slot, Deferred)
         self.nbytes = 0
+        self.vbytes = self.kbytes = 0      # value and key bytes: with the count, the exact encoded size
         self.entry_id = -1
         self.seq = 0
         self.payload = b""
@@ -98,6 +118,10 @@ class AsyncStreamWriter:
         self.last_position: DLSN | None = None
         self._control_sent_at = -2
         self._closing = False
+        self._max_frame = int(self.bk.conf.get("nettyMaxFrameSizeBytes"))
+        self._max_payload = max_batch_payload(self._max_frame)
+        self._guard = RollGuard(self.reactor, name, options.max_failed_rolls, options.roll_backoff_ms,
+                                options.max_failed_segments_per_minute)
 
     # --- opening: fence the previous writer, take the stream over ------------------------------------
     async def _open(self) -> AsyncStreamWriter:
@@ -126,6 +150,7 @@ class AsyncStreamWriter:
             raise
         self.epoch = epoch
         seg = holder["seg"]
+        self._guard.created()
         self._start_segment(seg, lh)
         log.info("stream %s: writer epoch %d on segment %d (ledger %d)%s", self.name, epoch, seg.seq, lh.ledger_id,
                  f", sealed segment {sealed.seq} at entry {sealed.last_entry}" if sealed else "")
@@ -150,25 +175,41 @@ class AsyncStreamWriter:
             raise StreamError(f"writer of stream {self.name!r} is closed")
 
     def write(self, value, key=None, timestamp: int | None = None) -> defer.Deferred:
-        """Append one record; fires with its DLSN once it is durable on the ack quorum."""
+        """Append one record; fires with its DLSN once it is durable on the ack quorum. A record no entry
+        can hold fails at once with EntryTooLargeError (nothing sent; the writer goes on)."""
         try:
             self._check()
         except Exception as e:
             return defer.fail(e)
+        vlen = len(value)
+        klen = len(key) if key is not None else None
+        refused = record_error(vlen, klen, self._max_frame)
+        if refused is not None:
+            return defer.fail(refused)
         b = self._cur
+        if b.values and self._outgrows(b, 1, vlen, klen or 0, key is not None):
+            self._seal_current()
+            b = self._cur
         d = defer.Deferred()
         b.waiters.append((len(b.values), d))
         self._add(b, value, key, timestamp)
         return d
 
+    def _outgrows(self, b: _Batch, n: int, vbytes: int, kbytes: int, keyed: bool) -> bool:
+        """Would `b` with `n` more records of `vbytes` / `kbytes` be larger than an entry can be?"""
+        return encoded_size(len(b.values) + n, b.vbytes + vbytes, b.kbytes + kbytes,
+                            keyed or b.keys is not None) > self._max_payload
+
     def write_many(self, values, keys=None, timestamps=None) -> defer.Deferred:
         """Append many records; fires with the DLSN of the last one once all are durable (the others
-        follow it: consecutive slots of consecutive entries)."""
+        follow it: consecutive slots of consecutive entries). If any record is too large for an entry,
+        none is written: EntryTooLargeError at once."""
         try:
             self._check()
+            values = list(values)
+            check_records(self._max_frame, values, keys)
         except Exception as e:
             return defer.fail(e)
-        values = list(values)
         if not values:
             return defer.succeed(self.last_position)
         n = len(values)
@@ -180,9 +221,15 @@ class AsyncStreamWriter:
             room_n = self.opts.max_batch_records - len(b.values)
             room_b = self.opts.max_batch_bytes - b.nbytes
             j = i
-            size = 0
+            size = vsize = ksize = 0
             while j < n and j - i < room_n and (size < room_b or j == i and not b.values):
-                size += len(values[j]) + BATCH_OVERHEAD
+                vlen = len(values[j])
+                klen = len(keys[j]) if keys is not None and keys[j] is not None else 0
+                if self._outgrows(b, j - i + 1, vsize + vlen, ksize + klen, keys is not None):
+                    break
+                size += vlen + klen + BATCH_OVERHEAD
+                vsize += vlen
+                ksize += klen
                 j += 1
             if j == i:
                 self._seal_current()
@@ -197,6 +244,8 @@ class AsyncStreamWriter:
             b.values.extend(chunk)
             b.ts.extend(timestamps[i:j] if timestamps is not None else [ts] * (j - i))
             b.nbytes += size
+            b.vbytes += vsize
+            b.kbytes += ksize
             i = j
             if j == n:
                 d = defer.Deferred()
@@ -211,7 +260,10 @@ class AsyncStreamWriter:
             b.keys.append(key)
         b.values.append(value)
         b.ts.append(now_ms() if timestamp is None else int(timestamp))
-        b.nbytes += len(value) + BATCH_OVERHEAD + (len(key) if key is not None else 0)
+        klen = len(key) if key is not None else 0
+        b.nbytes += len(value) + BATCH_OVERHEAD + klen
+        b.vbytes += len(value)
+        b.kbytes += klen
         self._after_add(b)
 
     def _after_add(self, b: _Batch) -> None:
@@ -271,6 +323,7 @@ class AsyncStreamWriter:
         b.entry_id = entry_id
         if self._inflight and self._inflight[0] is b:
             self._inflight.popleft()
+        self._guard.succeeded()
         self._complete(b)
         if self._rolling:
             return
@@ -334,10 +387,22 @@ class AsyncStreamWriter:
             self._lh = None                               # ignore the failed handle's callbacks from now on
             kept = [b for b in self._inflight if 0 <= b.entry_id <= sealed.last_entry]
             lost = [b for b in self._inflight if b not in kept]
+            if kept:
+                self._guard.succeeded()
             for b in kept:                                # recovery kept them: acknowledged in place
                 self._complete(b)
             self._inflight.clear()
             self._queued.extendleft(reversed(lost))
+            if not self._guard.may_roll():
+                try:                                      # the stream is left with no open segment
+                    await self._seal_in_metadata(old_seg.seq, sealed)
+                except Exception as e:
+                    log.warning("stream %s: could not seal failed segment %d: %s", self.name, old_seg.seq, e)
+                raise StreamWriterStoppedError(
+                    f"stream {self.name!r}: writer stopped: {self._guard.failed_rolls} segments failed in a row "
+                    f"with no write acknowledged (max_failed_rolls={self.opts.max_failed_rolls}); the last, on "
+                    f"ledger {old_lh.ledger_id}, failed with: {error}")
+        await self._guard.wait_before_new_segment(failed=error is not None)
         lh = await self._new_ledger()
         epoch = self.epoch
         seg_holder = {}
@@ -358,6 +423,7 @@ class AsyncStreamWriter:
         except Exception:
             await _discard(self.bk, lh)
             raise
+        self._guard.created()
         self._start_segment(seg_holder["seg"], lh)
         if seg_holder["cut"]:
             await delete_ledgers(self.bk, seg_holder["cut"])
@@ -408,9 +474,21 @@ class AsyncStreamWriter:
             for d in waiters:
                 d.callback(self.last_position)
 
+    async def _seal_in_metadata(self, seq: int, sealed) -> None:
+        """Replace segment `seq` by `sealed`, unless another writer took the stream over."""
+        epoch = self.epoch
+
+        def change(md):
+            if md.writer_epoch != epoch:
+                return None
+            return md.replace(segments=tuple(sealed if s.seq == seq else s for s in md.segments))
+
+        await update_stream(self.ns.driver, self.name, change)
+
     async def _close(self) -> None:
         if self._closed:
             return
+        self._guard.interrupt()
         if self._error is None:
             await self.flush()
         self._closed = True
@@ -421,14 +499,7 @@ class AsyncStreamWriter:
         await lh.close()
         sealed = seg.replace(state="sealed", last_entry=lh.last_add_confirmed, records=self._seg_records,
                              bytes=lh.length, first_ts=self._seg_first_ts, last_ts=self._seg_last_ts)
-        epoch = self.epoch
-
-        def change(md):
-            if md.writer_epoch != epoch:
-                return None
-            return md.replace(segments=tuple(sealed if s.seq == seg.seq else s for s in md.segments))
-
-        await update_stream(self.ns.driver, self.name, change)
+        await self._seal_in_metadata(seg.seq, sealed)
         log.info("stream %s: writer closed; segment %d sealed at entry %d", self.name, seg.seq, sealed.last_entry)
 
     def close(self) -> defer.Deferred:
