@@ -329,3 +329,48 @@ def test_truncate_on_commit_deletes_consumed_segments_and_nothing_after(spark, c
     kept = [r.value for r in sorted(rest, key=lambda r: (r.segment, r.entry, r.slot))]
     cut = len(values) + 1 - len(kept)
     assert cut >= 1000 * len(gone) and kept == values[cut:] + [b"after"]    # a suffix: nothing after the cut lost
+
+
+# --- the workers' interpreter (issue 30 point 5) ----------------------------------------------------------
+
+
+def _python_without_bkfast_deps(tmp_path) -> str:
+    """An interpreter that finds bkfast (the checkout) but none of its dependencies, as `python3` from PATH
+    does when a job was started from a virtualenv's python without PYSPARK_PYTHON: this Python with -S (no
+    site-packages), run from the checkout."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    wrapper = tmp_path / "python-without-deps"
+    wrapper.write_text(f"#!/bin/sh\ncd {repo} && exec {sys.executable} -S \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_worker_on_the_wrong_python_fails_in_one_line_naming_it_and_the_fix(tmp_path):
+    python = _python_without_bkfast_deps(tmp_path)
+    result = subprocess.run([python, "-c", "import bkfast.spark"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("bkfast.spark.WorkerPythonError: bkfast.spark: "), result.stderr[-2000:]
+    assert "cannot import twisted, kazoo" in last and "PYSPARK_PYTHON" in last and sys.executable in last
+
+
+def test_register_checks_the_workers_python_on_a_local_master(spark, tmp_path):
+    import bkfast.spark
+    from bkfast.spark import BkfastSparkError
+
+    python = _python_without_bkfast_deps(tmp_path)
+    sc = spark.sparkContext
+    saved = sc.pythonExec
+    sc.pythonExec = python
+    try:
+        with pytest.raises(BkfastSparkError) as info:
+            bkfast.spark.register(spark)
+    finally:
+        sc.pythonExec = saved
+    message = str(info.value)
+    assert "\n" not in message
+    assert python in message and "cannot import bkfast.spark" in message
+    assert f"PYSPARK_PYTHON={sys.executable}" in message
+    bkfast.spark.register(spark)                # the right interpreter passes
