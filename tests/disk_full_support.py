@@ -1,5 +1,5 @@
-"""What the full-disk tests share: one 64 KiB entry per ledger added and read over v2 by a raw client,
-and the entries a journal directory holds."""
+"""What the full-disk tests share: one 64 KiB entry per ledger added and read over v2 by a raw client
+(or entries of any id and size: add_at / read_at), and the entries a journal directory holds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import collections
 from bkfast._journal import RecordKind, parse_record
 
 from bkfast.bookie import journal_files
-from bkfast.codec import DigestType, decode_response, encode_add_request, encode_read_request
+from bkfast.codec import FLAG_DO_FENCING, DigestType, decode_response, encode_add_request, encode_read_request
 from bkfast.errors import V2Rc
 
 from .server_support import Client
@@ -28,6 +28,26 @@ def add_entry(key: bytes, client: Client, lid: int) -> int:
 
 def read_entry(client: Client, lid: int):
     client.send_raw(encode_read_request(lid, 0))
+    return decode_response(client.recv_frame()[4:])
+
+
+def payload_at(lid: int, eid: int, size: int) -> bytes:
+    return bytes([(lid * 31 + eid) % 251]) * size
+
+
+def add_at(key: bytes, client: Client, lid: int, eid: int, size: int, flags: int = 0) -> int:
+    """Add entry `eid` of ledger `lid` (payload_at, LAC eid - 1 piggy-backed); the v2 rc."""
+    client.send_raw(encode_add_request(key, lid, eid, eid - 1, size, payload_at(lid, eid, size),
+                                       DigestType.CRC32C, flags=flags))
+    return decode_response(client.recv_frame()[4:]).rc
+
+
+def read_at(client: Client, lid: int, eid: int, fence_key: bytes | None = None):
+    """Read entry `eid` of ledger `lid` (-1: the last one); with `fence_key`, a fencing read."""
+    if fence_key is None:
+        client.send_raw(encode_read_request(lid, eid))
+    else:
+        client.send_raw(encode_read_request(lid, eid, FLAG_DO_FENCING, fence_key))
     return decode_response(client.recv_frame()[4:])
 
 

@@ -4,11 +4,16 @@
 Before: after filling the ledger disk (DbLedgerStorage, journal on a larger disk) and kill -9, the restart
 exited 1 with a RocksDB "No space left on device" traceback, and acknowledged entries could not be read
 until an operator freed space.
+
+Issue 30 point 4: the restarted bookie served only what its write cache could hold; the entries the replay
+could not store stayed in the journal, unreadable (I/O error) until space returned. Now they are read from
+the journal files, with their ledgers' last entry, LAC and fence, until the replay resumes.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 import time
 
@@ -18,10 +23,11 @@ from kazoo.client import KazooClient
 
 from bkfast.cli.local_cluster import LocalBookie, free_port
 from bkfast.cli.main import main
-from bkfast.codec import master_key
+from bkfast.codec import FLAG_HIGH_PRIORITY, master_key, peek_entry_ids
 from bkfast.errors import V2Rc
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
-from .disk_full_support import ENTRY_SIZE, add_entry, payload
+from .disk_full_support import ENTRY_SIZE, add_at, add_entry, payload, payload_at, read_at
 from .disk_full_support import read_entry as read
 from .server_support import Client
 from .tmpfs_support import tmpfs
@@ -126,6 +132,99 @@ def test_graceful_stop_on_a_full_ledger_disk_exits_cleanly_and_the_journal_keeps
                 for lid in acked:
                     r = read(client, lid)
                     assert r.rc == V2Rc.EOK and bytes(r.data)[-ENTRY_SIZE:] == payload(lid), (lid, r.rc)
+            assert bookie.stop() == 0
+        finally:
+            bookie.kill()
+
+
+SMALL_ENTRY = 16 * 1024
+LEDGER_ENTRIES = 64
+LAC_AT = 16          # offset of the piggy-backed LAC in a v2 entry
+
+
+def fill_ledgers_until_refused(bookie: LocalBookie) -> dict[int, int]:
+    """Ledgers of up to LEDGER_ENTRIES 16 KiB entries until the full disk makes the bookie refuse adds (the
+    next add goes to a new ledger, so no ledger has a gap); ledger -> its last acknowledged entry."""
+    last: dict[int, int] = {}
+    with Client(bookie.host, bookie.port) as client:
+        lid, eid, refused = 1, 0, 0
+        while refused < 5:
+            if add_at(KEY, client, lid, eid, SMALL_ENTRY) == V2Rc.EOK:
+                last[lid] = eid
+                eid += 1
+                if eid < LEDGER_ENTRIES:
+                    continue
+            else:
+                refused += 1
+            lid, eid = lid + 1, 0
+    assert sum(last.values()) * SMALL_ENTRY > 24 << 20, last
+    return last
+
+
+def assert_every_entry_served(bookie: LocalBookie, last: dict[int, int]) -> None:
+    """Each acknowledged entry's bytes, each ledger's last entry (entry -1) and LAC, over v2 and v3."""
+    with Client(bookie.host, bookie.port) as client, Client(bookie.host, bookie.port) as v3:
+        for lid, last_eid in last.items():
+            for eid in range(last_eid + 1):
+                r = read_at(client, lid, eid)
+                assert r.rc == V2Rc.EOK, (lid, eid, r.rc)
+                assert bytes(r.data)[-SMALL_ENTRY:] == payload_at(lid, eid, SMALL_ENTRY), (lid, eid)
+            r = read_at(client, lid, -1)
+            assert r.rc == V2Rc.EOK and peek_entry_ids(bytes(r.data))[3] == last_eid, (lid, r.rc)
+            # nothing was added after the last acknowledged entry: a known "no such entry", not EIO
+            assert read_at(client, lid, last_eid + 1).rc == V2Rc.ENOENTRY, lid
+            lac = v3.v3(pb.READ_LAC, readLacRequest=dict(ledgerId=lid))
+            assert lac.status == pb.EOK, (lid, lac.status)
+            body = lac.readLacResponse.lastEntryBody
+            assert peek_entry_ids(body)[3] == last_eid, lid
+            assert int.from_bytes(body[LAC_AT:LAC_AT + 8], "big", signed=True) == last_eid - 1, lid
+
+
+def journal_served(log: str) -> list[int]:
+    return [int(n) for n in re.findall(r"journal-served entries: (\d+)", log)]
+
+
+def test_restart_on_a_full_ledger_disk_serves_every_acknowledged_entry_from_the_journal(tmp_path):
+    ledgers = tmp_path / "b" / "ledgers"
+    with tmpfs(ledgers, 32):
+        bookie = LocalBookie(tmp_path / "b", 0, extra_conf={"diskCheckInterval": "200",
+                                                            "dbStorage_writeCacheMaxSizeMb": "16",
+                                                            "dbStorage_readAheadCacheMaxSizeMb": "16"})
+        try:
+            bookie.start()
+            last = fill_ledgers_until_refused(bookie)
+            bookie.kill()                               # kill -9 on a full ledger disk
+
+            bookie.start()
+            log = bookie.log_path.read_text()
+            assert "bookie starts read-only" in log
+            served = journal_served(log)
+            assert served and served[-1] > 0, served    # the replay stopped: some entries are only journaled
+            with Client(bookie.host, bookie.port) as client:
+                assert add_at(KEY, client, 10**6, 0, SMALL_ENTRY) == V2Rc.EREADONLY
+            assert_every_entry_served(bookie, last)
+
+            # Ledger recovery of the newest ledger (all of it only in the journal): the fencing read answers
+            # its last entry, and the fence holds against a high-priority add, which a read-only bookie takes.
+            newest = max(last)
+            with Client(bookie.host, bookie.port) as client:
+                r = read_at(client, newest, -1, fence_key=KEY)
+                assert r.rc == V2Rc.EOK and peek_entry_ids(bytes(r.data))[3] == last[newest], r.rc
+                rc = add_at(KEY, client, newest, last[newest] + 1, SMALL_ENTRY, flags=FLAG_HIGH_PRIORITY)
+                assert rc == V2Rc.EFENCED, rc
+
+            subprocess.run(["mount", "-o", "remount,size=96m", str(ledgers)], check=True)   # space returns
+            wait_for(lambda: "journal replay finished" in bookie.log_path.read_text(), 30, "the replay to resume")
+            assert journal_served(bookie.log_path.read_text())[-1] == 0     # the journal-served index emptied
+            with Client(bookie.host, bookie.port) as client:
+                wait_for(lambda: add_at(KEY, client, 10**6, 0, SMALL_ENTRY) == V2Rc.EOK, 30, "a writable bookie")
+            assert_every_entry_served(bookie, last)
+            assert bookie.stop() == 0, bookie.log_path.read_text()[-3000:]
+            assert "Traceback" not in bookie.log_path.read_text()
+
+            bookie.start()                              # the resumed replay was checkpointed: nothing is lost
+            assert journal_served(bookie.log_path.read_text())[-1] == 0
+            assert_every_entry_served(bookie, last)
             assert bookie.stop() == 0
         finally:
             bookie.kill()

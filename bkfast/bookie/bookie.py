@@ -20,7 +20,6 @@ the network server passes a dispatcher that does ONE reactor.callFromThread per 
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journals import JournalSet
-from bkfast.bookie.lac import LacTracker, LacWaiter
+from bkfast.bookie.lac import LacTracker, LacWaiter, entry_lac, lac_of_buffer
 from bkfast.bookie.read_only import ReadOnlyState
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
@@ -40,7 +39,6 @@ from bkfast.errors import (
     BKIllegalOpException,
     BKLedgerFencedException,
     BKNoSuchEntryException,
-    BKNoSuchLedgerExistsException,
     BKTimeoutException,
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
@@ -52,7 +50,6 @@ log = logging.getLogger(__name__)
 Callback = Callable[[BaseException | None], None]
 
 CURRENT_DIR = "current"
-_LONG = struct.Struct(">q")
 SYNC_WAIT_SECONDS = 30.0
 
 
@@ -205,6 +202,7 @@ class Bookie(ReadOnlyState):
         """
         stored = self.storage.get_master_key(ledger_id, scope_id)
         if stored is None:
+            self.storage_full.check_journaled_key(ledger_id, master_key, scope_id)
             self.storage.set_master_key(ledger_id, bytes(master_key), scope_id)
             self.journals.for_ledger(ledger_id).log_record(
                 journal_mod.master_key_record(ledger_id, master_key, scope_id), _ignore)
@@ -227,7 +225,7 @@ class Bookie(ReadOnlyState):
             entry = bytes(entry)
             with self._ledger_lock:
                 self._admit(scope_id, ledger_id, master_key)
-                if not recovery and self.storage.is_fenced(ledger_id, scope_id):
+                if not recovery and self.storage_full.fence_check()(ledger_id, scope_id):
                     raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                 self.storage.add_entry(entry)
             if (scope_id, ledger_id) in self.lac:
@@ -258,6 +256,7 @@ class Bookie(ReadOnlyState):
         read_only = self.read_only
         storage = self.storage
         store = storage.add_entry
+        is_fenced = self.storage_full.fence_check()
         # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
         # for the batch only: the ledger lock is held throughout, so no fence can come in between.
         admitted: dict = {}
@@ -282,7 +281,7 @@ class Bookie(ReadOnlyState):
                     if known is None or known != master_key:
                         self._admit(scope_id, ledger_id, master_key)
                         if not recovery:
-                            if storage.is_fenced(ledger_id, scope_id):
+                            if is_fenced(ledger_id, scope_id):
                                 raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                             admitted[lkey] = master_key
                     store(entry)
@@ -401,30 +400,21 @@ class Bookie(ReadOnlyState):
         self.journals.for_ledger(ledger_id).force(callback)
 
     def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
-        if not self.storage.ledger_exists(ledger_id, scope_id):
-            raise BKNoSuchLedgerExistsException(f"ledger {ledger_id} not found")
-        return self.storage.get_explicit_lac(ledger_id, scope_id)
+        return self.storage_full.get_explicit_lac(ledger_id, scope_id)
 
     def read_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
-        """The stored entry (entry -1: the highest one). Raises BKNoSuchLedgerExists / BKNoSuchEntry."""
+        """The stored entry (entry -1: the highest one). Raises BKNoSuchLedgerExists / BKNoSuchEntry.
+        While a full ledger disk keeps journal records out of ledger storage, those are read from the
+        journal (bkfast.bookie.storage_full)."""
         metrics = self.metrics
         if metrics is None:
-            try:
-                return self.storage.get_entry(ledger_id, entry_id, scope_id)
-            except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
-                self.storage_full.check_missing(error)
-                raise
+            return self.storage_full.get_entry(ledger_id, entry_id, scope_id)
         t0 = time.perf_counter()
         try:
-            data = self.storage.get_entry(ledger_id, entry_id, scope_id)
+            data = self.storage_full.get_entry(ledger_id, entry_id, scope_id)
         except BaseException as error:
-            if isinstance(error, (BKNoSuchLedgerExistsException, BKNoSuchEntryException)):
-                try:
-                    self.storage_full.check_missing(error)
-                except BKBookieIOException as io_error:
-                    error = io_error
             metrics.read_failed(error)
-            raise error
+            raise
         metrics.read_ok(time.perf_counter() - t0)
         return data
 
@@ -439,11 +429,7 @@ class Bookie(ReadOnlyState):
             self.metrics.reads_from_memory(n, seconds)
 
     def read_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
-        try:
-            return self.storage.get_last_add_confirmed(ledger_id, scope_id)
-        except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
-            self.storage_full.check_missing(error)
-            raise
+        return self.storage_full.get_last_add_confirmed(ledger_id, scope_id)
 
     # --- LAC for readers (long poll, maxLAC) ----------------------------------------------------------
     def known_lac(self, scope_id: int, ledger_id: int) -> int:
@@ -454,7 +440,7 @@ class Bookie(ReadOnlyState):
     def _load_lac(self, scope_id: int, ledger_id: int) -> int:
         lac = -1
         try:
-            lac = self.storage.get_last_add_confirmed(ledger_id, scope_id)
+            lac = self.storage_full.get_last_add_confirmed(ledger_id, scope_id)
         except BKNoSuchEntryException:
             pass
         explicit = self.get_explicit_lac(ledger_id, scope_id)
@@ -485,18 +471,17 @@ class Bookie(ReadOnlyState):
         self.journals.room_listener = listener
 
     def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
-        return self.storage.ledger_exists(ledger_id, scope_id)
+        return self.storage_full.ledger_exists(ledger_id, scope_id)
 
     def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
-        return self.storage.is_fenced(ledger_id, scope_id)
+        return self.storage_full.is_fenced(ledger_id, scope_id)
 
     def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
-        if not self.storage.ledger_exists(ledger_id, scope_id):
-            raise BKNoSuchLedgerExistsException(f"ledger {ledger_id} not found")
-        return self.storage.entries_of_ledger(ledger_id, scope_id)
+        return self.storage_full.entries_of_ledger(ledger_id, scope_id)
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         self.storage.delete_ledger(ledger_id, scope_id)
+        self.storage_full.forget_ledger(ledger_id, scope_id)
         self.lac.drop(scope_id, ledger_id)
         log.info("deleted ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
 
@@ -507,6 +492,7 @@ class Bookie(ReadOnlyState):
         state["read_only"] = self.read_only
         state["read_only_reasons"] = self.read_only_reasons
         state["disk_usage"] = dict(self.disk_checker.usages)
+        state["journal_served_entries"] = self.storage_full.journal_served_entries
         return state
 
     # --- blocking conveniences (scripts, tests, the crash-test child) -----------------------------
@@ -540,7 +526,7 @@ class Bookie(ReadOnlyState):
 
         Nothing while a journal is not fully replayed (a full ledger disk at start): no lastMark may pass
         records that are not in ledger storage yet."""
-        if self.storage_full.replay_pending:
+        if self.storage_full.holds_journals:
             return (0, 0)
         with self._checkpoint_lock:
             # The marks are taken first: every record before a journal's mark is already in ledger
@@ -578,18 +564,6 @@ class Bookie(ReadOnlyState):
         else:
             return
         self.replayed_records += 1
-
-
-def entry_lac(entry: bytes) -> int:
-    """The LAC a writer piggy-backed on an entry (offset 16; 25 in the scoped layout)."""
-    return _LONG.unpack_from(entry, 25 if entry[0] & 0x80 else 16)[0]
-
-
-def lac_of_buffer(buf) -> int:
-    """The LAC inside an explicit-LAC buffer (spec §3.5; scoped layout when the top bit is set)."""
-    if buf and buf[0] & 0x80:
-        return _LONG.unpack_from(buf, 17)[0] if len(buf) >= 25 else -1
-    return _LONG.unpack_from(buf, 8)[0] if len(buf) >= 16 else -1
 
 
 def _no_cached_entry(ledger_id: int, entry_id: int, scope_id: int = 0) -> None:

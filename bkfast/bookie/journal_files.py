@@ -1,6 +1,6 @@
 """Journal files (spec bookkeeper-formats.md §4.2-4.3): their naming, header and versions, the meta
 records (master key, fence, explicit LAC; scoped forms per scope-ids.md), and reading them back: scan
-one file, replay every record after a lastMark.
+one file, every record after a lastMark with its position (records_after), replay them.
 
 Owns: the format constants and the readers. The writer (group commit, rolling, O_DIRECT) is
 bkfast.bookie.journal, which writes what this module reads; `parse_record` and the record layouts live
@@ -172,15 +172,13 @@ def scan_journal(journal_dir, journal_id: int, start_offset: int = 0, skip_inval
         os.close(fd)
 
 
-def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
-           max_record_size: int = DEFAULT_MAX_RECORD_SIZE, before_journal_id: int | None = None,
-           interruptible: bool = False) -> LogMark:
-    """Call `visitor(record)` for every record after `mark`, in order; return the position reached.
+def records_after(journal_dir, mark, skip_invalid: bool = False, max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+                  before_journal_id: int | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """Yield (journal id, offset just past the record, record bytes) for every record after `mark`, in order.
 
     Journals with id >= mark.journal_id are read (and < before_journal_id when given): the marked one
     from mark.offset, later ones from their header end. A mark naming a journal that no longer exists is
-    an error, as in Java. With `interruptible`, an exception of the visitor becomes ReplayInterrupted
-    carrying the mark to resume from (the record it failed on is replayed again then, nothing before it).
+    an error, as in Java. A record starts `len(record)` bytes before the offset yielded with it.
     """
     mark = LogMark(*mark)
     ids = [i for i in list_journal_ids(journal_dir) if i >= mark.journal_id
@@ -189,18 +187,30 @@ def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: 
         path = journal_path(journal_dir, mark.journal_id)
         raise JournalCorruptionError(f"journal {path} named by lastMark {tuple(mark)} is missing",
                                      path, mark.offset)
-    reached = mark
     for journal_id in ids:
         start = mark.offset if journal_id == mark.journal_id else 0
-        log.info("replaying journal %x from offset %d", journal_id, start)
+        log.info("reading journal %x from offset %d", journal_id, start)
         for offset, record in scan_journal(journal_dir, journal_id, start, skip_invalid, max_record_size):
-            try:
-                visitor(record)
-            except Exception as err:
-                if not interruptible:
-                    raise
-                # resume at the start of this record: the end of the previous one, or where this file began
-                resume = reached if reached.journal_id == journal_id else LogMark(journal_id, start)
-                raise ReplayInterrupted(resume, err) from err
-            reached = LogMark(journal_id, offset)
+            yield journal_id, offset, record
+
+
+def replay(journal_dir, mark, visitor: Callable[[bytes], object], skip_invalid: bool = False,
+           max_record_size: int = DEFAULT_MAX_RECORD_SIZE, before_journal_id: int | None = None,
+           interruptible: bool = False) -> LogMark:
+    """Call `visitor(record)` for every record after `mark` (see records_after), in order; return the
+    position reached. With `interruptible`, an exception of the visitor becomes ReplayInterrupted
+    carrying the mark to resume from (the record it failed on is replayed again then, nothing before it).
+    """
+    reached = LogMark(*mark)
+    for journal_id, offset, record in records_after(journal_dir, reached, skip_invalid, max_record_size,
+                                                    before_journal_id):
+        try:
+            visitor(record)
+        except Exception as err:
+            if not interruptible:
+                raise
+            # resume at the start of this record: the end of the previous one, or where this file began
+            resume = reached if reached.journal_id == journal_id else LogMark(journal_id, 0)
+            raise ReplayInterrupted(resume, err) from err
+        reached = LogMark(journal_id, offset)
     return reached

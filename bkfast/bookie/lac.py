@@ -5,7 +5,8 @@ and explicit LACs), when it last moved (the v3 `lacUpdateTimestamp`), and the lo
 for it to pass a value. A ledger is tracked from the first time a reader asks about it; adds to ledgers
 nobody reads cost one dictionary miss. Tracked ledgers are dropped with the ledger, and when idle
 (no reader asked, no waiter) for `idle_timeout_s`, so memory follows the ledgers being read, not every
-ledger ever written.
+ledger ever written. Also where a LAC is read from: an entry's piggy-backed LAC (entry_lac) and an
+explicit-LAC buffer's (lac_of_buffer).
 
 Waking waiters when the entry reaches storage, before its journal sync, is safe: the LAC a writer
 piggy-backs is already acknowledged by an ack quorum, so every entry up to it is durable elsewhere
@@ -17,10 +18,24 @@ server calls on the reactor); waiters are called synchronously from `advance`.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
+_LONG = struct.Struct(">q")
+
+
+def entry_lac(entry: bytes) -> int:
+    """The LAC a writer piggy-backed on an entry (offset 16; 25 in the scoped layout)."""
+    return _LONG.unpack_from(entry, 25 if entry[0] & 0x80 else 16)[0]
+
+
+def lac_of_buffer(buf) -> int:
+    """The LAC inside an explicit-LAC buffer (spec §3.5; scoped layout when the top bit is set)."""
+    if buf and buf[0] & 0x80:
+        return _LONG.unpack_from(buf, 17)[0] if len(buf) >= 25 else -1
+    return _LONG.unpack_from(buf, 8)[0] if len(buf) >= 16 else -1
 
 
 class LacWaiter:

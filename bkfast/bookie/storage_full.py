@@ -9,18 +9,25 @@ it stopped, the journals after it at their lastMark), the start-up checkpoint is
 serves reads (and recovery adds) read-only, registered under available/readonly.
 
 While the replay is incomplete: no checkpoint may move lastMark (records after the stop are only in the
-journal), and a read of a ledger or entry the storage does not have answers an I/O error, never "no such
-entry" — that entry may be among the records not replayed yet, and a client's ledger recovery must not
-count this bookie as not having it.
+journal), and what the replay could not store is served from the journal itself: at the stop, every
+record after the stop positions is indexed (bookie/journal_index.py: each entry's journal file, offset
+and length; each ledger's master key, fence and explicit LAC from its meta records), and the Bookie's
+reads, last entry, LAC, explicit LAC, fence checks and master-key checks go through the read view below:
+ledger storage, then that index. Every acknowledged entry stays readable. A ledger or entry neither has
+is "no such entry" only when the index holds every unreplayed record; when it could not (its bound, a
+corrupt record), it answers an I/O error: that entry may be among the records not indexed, and a
+client's ledger recovery must not count this bookie as not having it.
 
 When the disk checker sees room again (below diskUsageLwmThreshold), `recover` reopens the indexes for
 writing, replays the rest of every journal from where it stopped (journal files opened before this start
 only, per journal directory: what this process journaled is in ledger storage already, so nothing is
-replayed twice), checkpoints, and the bookie is writable. If that fails, it stays read-only and the next
-disk check tries again.
+replayed twice), checkpoints, and the bookie is writable. Each entry the resumed replay stores leaves
+the index (reads find it in ledger storage from then on); the index is dropped once the replay is
+complete, before the checkpoint that may garbage-collect the journal files it pointed into. If that
+fails, the bookie stays read-only (with what is left indexed) and the next disk check tries again.
 
 Must never: move lastMark past a record that is not in ledger storage, or answer "no such entry" while
-records are missing.
+records are missing and not indexed.
 """
 
 from __future__ import annotations
@@ -30,7 +37,17 @@ import threading
 
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.disk_checker import is_no_space
-from bkfast.errors import BKBookieIOException, ReplayInterrupted, WriteCacheFullError
+from bkfast.bookie.journal_index import JournalIndex
+from bkfast.bookie.lac import entry_lac, lac_of_buffer
+from bkfast.errors import (
+    BKBookieIOException,
+    BKNoSuchEntryException,
+    BKNoSuchLedgerExistsException,
+    BKUnauthorizedAccessException,
+    ReplayInterrupted,
+    WriteCacheFullError,
+    missing_entry_error,
+)
 
 __all__ = ["REASON", "StorageFullState"]
 
@@ -53,6 +70,19 @@ class StorageFullState:
         self.replay_pending: dict[int, journal_mod.LogMark] | None = None
         self._first_new_journals: list[int] | None = None
         self._lock = threading.Lock()
+        # The unreplayed records, served from the journal while replay_pending; None otherwise.
+        self.index: JournalIndex | None = None
+
+    @property
+    def journal_served_entries(self) -> int:
+        """Acknowledged entries that only the journal holds now (read through the journal files)."""
+        index = self.index
+        return 0 if index is None else len(index)
+
+    @property
+    def holds_journals(self) -> bool:
+        """The journal files after lastMark are still needed: no checkpoint, so no journal GC."""
+        return self.replay_pending is not None or self.index is not None
 
     def replay(self, marks) -> None:
         """Start-up replay of every journal from its lastMark (`marks`, in journalDirectories order);
@@ -68,6 +98,21 @@ class StorageFullState:
             self.replay_pending = pending
             log.error("journal replay stopped at %s: ledger storage has no room (%s); the rest is replayed "
                       "once the ledger disk has room again", self.describe_pending(), cause)
+            self._index_rest()
+
+    def _index_rest(self) -> None:
+        b = self.bookie
+        try:
+            index = JournalIndex.build(
+                [(b.journals.journal_dirs[i], mark) for i, mark in sorted(self.replay_pending.items())],
+                skip_invalid=b.conf.get("skipInvalidJournalRecord"))
+        except Exception as error:  # noqa: BLE001 - still start read-only; reads of those records answer EIO
+            log.error("journal-served entries: 0: indexing the unreplayed journal records failed: %s", error)
+            return
+        self.index = index
+        log.warning("journal-served entries: %d (%d bytes, %d ledgers) are read from the journal files until "
+                    "the replay stores them%s", len(index), index.bytes, index.ledgers,
+                    "" if index.complete else "; not every unreplayed record could be indexed")
 
     def describe_pending(self) -> str:
         """Where the replay resumes: `(journalId, offset)`, or one such per journal with several."""
@@ -102,8 +147,10 @@ class StorageFullState:
         b._set_read_only_reason(REASON, True, detail)
 
     def check_missing(self, error: BaseException) -> None:
-        """A read found no such ledger/entry: while records are not replayed, that is an I/O error."""
-        if self.replay_pending is not None:
+        """A read found no such ledger/entry: while records are neither replayed nor indexed, that is an
+        I/O error."""
+        index = self.index
+        if self.replay_pending is not None and (index is None or not index.complete):
             raise BKBookieIOException(
                 f"{error}; but this bookie has not replayed its whole journal yet (its ledger disk is full), "
                 "so it cannot tell") from error
@@ -133,12 +180,15 @@ class StorageFullState:
 
     def _resume_replay(self) -> None:
         b = self.bookie
+        index = self.index
 
         def visit(record) -> None:
             # The bookie serves meanwhile: meta records take the ledger lock as the request path does.
-            kind = journal_mod.parse_record(record).kind
-            if kind == journal_mod.RecordKind.ENTRY:
+            r = journal_mod.parse_record(record)
+            if r.kind == journal_mod.RecordKind.ENTRY:
                 b._replay_record(record)
+                if index is not None:
+                    index.forget_entry(r.scope_id, r.ledger_id, r.entry_id)
             else:
                 with b._ledger_lock:
                     b._replay_record(record)
@@ -149,6 +199,119 @@ class StorageFullState:
             b.journals.replay(self.replay_pending, visit, skip_invalid=b.conf.get("skipInvalidJournalRecord"),
                               before_journal_ids=self._first_new_journals)
         except ReplayInterrupted as stop:
+            log.warning("journal-served entries: %d are still read from the journal files",
+                        self.journal_served_entries)
             raise stop.__cause__ from None
-        log.info("journal replay finished: %d more records", b.replayed_records - before)
+        # Dropped before replay_pending: the checkpoint that follows may delete the journals it pointed into.
+        self.index = None
+        log.info("journal replay finished: %d more records; journal-served entries: 0",
+                 b.replayed_records - before)
         self.replay_pending = None
+
+    # --- the Bookie's read view: ledger storage, then the unreplayed records ------------------------------
+    def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
+        """The entry (entry -1: the ledger's highest), from ledger storage or the journal."""
+        storage = self.bookie.storage
+        index = self.index
+        try:
+            if index is not None:
+                # The index first: the replay stores an entry before it leaves the index, so a miss here
+                # finds it in ledger storage.
+                wanted = entry_id
+                if entry_id < 0:
+                    wanted = index.last_entry(scope_id, ledger_id)
+                    if wanted >= 0 and wanted <= self._stored_last_entry(ledger_id, scope_id):
+                        wanted = -1
+                if wanted >= 0:
+                    data = index.read_entry(scope_id, ledger_id, wanted)
+                    if data is not None:
+                        return data
+                    entry_id = wanted
+            return storage.get_entry(ledger_id, entry_id, scope_id)
+        except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
+            self.check_missing(error)
+            if isinstance(error, BKNoSuchLedgerExistsException) and index is not None and \
+                    index.knows(scope_id, ledger_id):
+                raise missing_entry_error(True, scope_id, ledger_id, entry_id) from None
+            raise
+
+    def _stored_last_entry(self, ledger_id: int, scope_id: int) -> int:
+        try:
+            return self.bookie.storage.get_last_entry_id(ledger_id, scope_id)
+        except BKNoSuchLedgerExistsException:
+            return -1
+
+    def get_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
+        """The LAC piggy-backed on the ledger's highest entry."""
+        if self.index is None:
+            try:
+                return self.bookie.storage.get_last_add_confirmed(ledger_id, scope_id)
+            except (BKNoSuchLedgerExistsException, BKNoSuchEntryException) as error:
+                self.check_missing(error)
+                raise
+        return entry_lac(self.get_entry(ledger_id, -1, scope_id))
+
+    def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
+        index = self.index
+        return self.bookie.storage.ledger_exists(ledger_id, scope_id) or (
+            index is not None and index.knows(scope_id, ledger_id))
+
+    def fence_check(self):
+        """`is_fenced(ledger_id, scope_id)` of ledger storage, or this view's while an index exists."""
+        return self.bookie.storage.is_fenced if self.index is None else self.is_fenced
+
+    def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
+        """BKNoSuchLedgerExistsException when neither ledger storage nor the journal knows the ledger."""
+        index = self.index
+        if index is None:
+            return self.bookie.storage.is_fenced(ledger_id, scope_id)
+        if index.fenced(scope_id, ledger_id):
+            return True
+        try:
+            return self.bookie.storage.is_fenced(ledger_id, scope_id)
+        except BKNoSuchLedgerExistsException:
+            if index.knows(scope_id, ledger_id):
+                return False
+            raise
+
+    def check_journaled_key(self, ledger_id: int, master_key: bytes, scope_id: int = 0) -> None:
+        """Ledger storage has no key for the ledger: the key a journal record not replayed yet gave it
+        must match (BKUnauthorizedAccessException)."""
+        index = self.index
+        journaled = None if index is None else index.master_key(scope_id, ledger_id)
+        if journaled is not None and journaled != bytes(master_key):
+            raise BKUnauthorizedAccessException(
+                f"wrong master key for ledger {ledger_id}" + (f" scope {scope_id}" if scope_id else ""))
+
+    def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
+        """The ledger's explicit-LAC buffer (the one with the higher LAC when both ledger storage and an
+        unreplayed record have one); BKNoSuchLedgerExistsException for an unknown ledger."""
+        storage = self.bookie.storage
+        index = self.index
+        journaled = None
+        if index is not None and index.knows(scope_id, ledger_id):
+            journaled = index.explicit_lac(scope_id, ledger_id)
+            if not storage.ledger_exists(ledger_id, scope_id):
+                return journaled
+        elif not storage.ledger_exists(ledger_id, scope_id):
+            raise BKNoSuchLedgerExistsException(f"ledger {ledger_id} not found")
+        stored = storage.get_explicit_lac(ledger_id, scope_id)
+        if journaled is None or (stored is not None and lac_of_buffer(stored) > lac_of_buffer(journaled)):
+            return stored
+        return journaled
+
+    def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
+        storage = self.bookie.storage
+        index = self.index
+        in_index = set() if index is None else index.entry_ids(scope_id, ledger_id)
+        if not storage.ledger_exists(ledger_id, scope_id):
+            if index is None or not index.knows(scope_id, ledger_id):
+                raise BKNoSuchLedgerExistsException(f"ledger {ledger_id} not found")
+            return sorted(in_index)
+        stored = storage.entries_of_ledger(ledger_id, scope_id)
+        return sorted(set(stored) | in_index) if in_index else stored
+
+    def forget_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
+        index = self.index
+        if index is not None:
+            index.forget_ledger(scope_id, ledger_id)
