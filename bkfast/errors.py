@@ -357,6 +357,10 @@ class ConfigurationError(BKIncorrectParameterException, ValueError):
     """A configuration key has a value of the wrong type or outside its range."""
 
 
+class WorkerPythonError(BKIncorrectParameterException, ImportError):
+    """The Python running a Spark worker lacks bkfast's dependencies (PYSPARK_PYTHON names another one)."""
+
+
 class InvalidLedgerIdError(BKIncorrectParameterException, ValueError):
     """A ledger id, scope id or qualified name is malformed or out of range."""
 

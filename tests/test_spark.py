@@ -352,7 +352,7 @@ def test_a_worker_on_the_wrong_python_fails_in_one_line_naming_it_and_the_fix(tm
     result = subprocess.run([python, "-c", "import bkfast.spark"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("bkfast.spark.WorkerPythonError: bkfast.spark: "), result.stderr[-2000:]
+    assert last.startswith("bkfast.errors.WorkerPythonError: bkfast.spark: "), result.stderr[-2000:]
     assert "cannot import twisted, kazoo" in last and "PYSPARK_PYTHON" in last and sys.executable in last
 
 

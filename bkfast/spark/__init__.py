@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from bkfast.errors import WorkerPythonError
+
 __all__ = ["register", "BkfastDataSource", "BkfastSparkError", "WorkerPythonError"]
 
 # What the executor side imports (bkfast's dependencies and the spark extra's): a Spark worker started on
@@ -22,10 +24,6 @@ __all__ = ["register", "BkfastDataSource", "BkfastSparkError", "WorkerPythonErro
 _WORKER_MODULES = ("twisted", "kazoo", "crochet", "google.protobuf", "crc32c", "pyarrow")
 _FIX = ("set PYSPARK_PYTHON to the Python bkfast is installed in (e.g. the virtualenv's bin/python) before the "
         "SparkSession starts")
-
-
-class WorkerPythonError(ImportError):
-    """The Python running this Spark worker lacks bkfast's dependencies."""
 
 
 def _missing_modules() -> list[str]:
