@@ -118,8 +118,9 @@ TLS_KEYS: tuple[Key, ...] = (
     Key("tlsTrustStoreType", str, "JKS", "PEM or PKCS12", choices=("JKS", "PEM", "PKCS12")),
     Key("tlsTrustStore", str, None, "CA certificates to trust (PEM or PKCS12)"),
     Key("tlsTrustStorePasswordPath", str, None, "File holding the trust store password (PKCS12)"),
-    Key("tlsEnabledCipherSuites", list, None, "Cipher suites (Java or OpenSSL names); unset = OpenSSL's"),
-    Key("tlsEnabledProtocols", list, None, "Protocols, e.g. TLSv1.2,TLSv1.3; unset = OpenSSL's"),
+    Key("tlsEnabledCipherSuites", list, None,
+        "Cipher suites (Java or OpenSSL names); unset = the 11 a Java bookie enables (docs/tls.md)"),
+    Key("tlsEnabledProtocols", list, None, "Protocols, e.g. TLSv1.2,TLSv1.3; unset = TLSv1.3,TLSv1.2 (Java's)"),
     Key("tlsCertFilesRefreshDurationSeconds", int, 0,
         "Re-read changed key/cert/trust files for new connections this often, s; 0 = never", min=0),
 )
@@ -309,7 +310,7 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
     Key("httpServerMaxQueuedRequests", int, 64,
         "bkfast: admin API requests waiting for a handler; beyond them a request is answered 503 with "
         "Retry-After", min=0, max=100_000),
-    Key("httpServerMaxBusyShare", float, 0.25,
+    Key("httpServerMaxBusyShare", float, 0.1,
         "bkfast: the share of time the admin API's handlers may be busy on average (wall time, summed over "
         "those running at once); a request that ran longer delays the next one accordingly",
         min=0.01, max=64.0),

@@ -24,6 +24,12 @@ TLS (`tls`, a bkfast.tls.context.ClientTLS): START_TLS and the handshake run fir
 requests wait in the core until they are done, then go through Twisted's TLS transport with one
 writeSequence per flush instead of sendmsg.
 
+Closing: `close()` ends the connection as Java's client does (Netty's channel close): TLS close_notify once
+the handshake is done, then FIN (a half-close: answers still arriving are read and dropped, so the kernel
+never resets the bookie for unread data); the socket goes when the bookie has closed its side, or is reset
+after `close_wait_s` when it does not (a dead or stuck peer cannot hold up a client's shutdown). A reset
+(`abort=True`) is kept for errors: a broken stream, a failed START_TLS or handshake.
+
 Must never: block the reactor, fire a request's Deferred twice, or leave a request pending after its
 connection is gone (every pending request of a lost connection fails at once).
 """
@@ -57,6 +63,9 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 log = logging.getLogger(__name__)
 
 FLUSH_BYTES = 64 * 1024
+# Netty's SslHandler gives a closing channel's close_notify 3 s (closeNotifyFlushTimeoutMillis); the same
+# bound covers the bookie's FIN, which a Java or bkfast bookie sends as soon as it reads ours.
+CLOSE_WAIT_S = 3.0
 _IOV_MAX = os.sysconf("SC_IOV_MAX")   # buffers per sendmsg
 _monotonic = time.monotonic
 _V2_RESPONSE = struct.Struct(">Iiqq")
@@ -202,6 +211,8 @@ class BookieChannel(protocol.Protocol):
         self.tls_phase = None
         self.tls_timer = None
         self.host = None
+        self.close_wait_s = CLOSE_WAIT_S
+        self.close_timer = None
 
     # --- connection life ----------------------------------------------------------------------------
     def connect(self, host: str, port: int, connect_timeout_s: float) -> None:
@@ -216,7 +227,7 @@ class BookieChannel(protocol.Protocol):
 
     def connectionMade(self):
         if self.state is CLOSED:             # closed while connecting
-            self.transport.abortConnection()
+            self._close_gracefully()
             return
         if self.tls is not None and self.tls_phase is None:
             client_tls.begin(self)           # requests wait until TLS is up, then tls_ready()
@@ -243,7 +254,8 @@ class BookieChannel(protocol.Protocol):
             self.flush()
 
     def handshakeCompleted(self) -> None:
-        client_tls.handshake_completed(self)
+        if self.state is not CLOSED:         # else closed during the handshake: the close goes on
+            client_tls.handshake_completed(self)
 
     def connect_failed(self, reason) -> None:
         if self.state is CLOSED:
@@ -263,6 +275,10 @@ class BookieChannel(protocol.Protocol):
     def connectionLost(self, reason=None):
         if self.tls_timer is not None:
             client_tls.connection_lost(self)
+        if self.close_timer is not None:
+            if self.close_timer.active():
+                self.close_timer.cancel()
+            self.close_timer = None
         if self.state is not CLOSED:
             clean = reason is None or reason.check(terror.ConnectionDone)
             why = f"connection to bookie {self.bookie_id} lost" + (
@@ -272,8 +288,9 @@ class BookieChannel(protocol.Protocol):
             self._shut(BKBookieHandleNotAvailableException, why)
         self._closed_now()
 
-    def close(self, why: str | None = None):
-        """Fail every pending request now and drop the connection; fires when the socket is gone."""
+    def close(self, why: str | None = None, *, abort: bool = False):
+        """Fail every pending request now and close the connection (see the module doc: close_notify, FIN,
+        a reset only after `close_wait_s`, or at once with `abort`); fires when the socket is gone."""
         d = Deferred()
         if self.state is CLOSED and self.connector is None:
             d.callback(None)
@@ -286,13 +303,44 @@ class BookieChannel(protocol.Protocol):
             was_connected = self.state is CONNECTED
             self._shut(BKBookieHandleNotAvailableException, why)
             if (was_connected or self.tls_phase is not None) and self.transport is not None:
-                self.transport.abortConnection()
+                if abort:
+                    self.transport.abortConnection()
+                else:
+                    self._close_gracefully()
             elif self.connector is not None:
                 try:
                     self.connector.stopConnecting()
-                except terror.NotConnectingError:    # connected meanwhile: connectionMade aborts it
+                except terror.NotConnectingError:    # connected meanwhile: connectionMade closes it
                     pass
         return d
+
+    def abort(self, why: str):
+        """close() for errors: the connection is reset at once."""
+        return self.close(why, abort=True)
+
+    def _close_gracefully(self) -> None:
+        t = self.transport
+        self.unsent = []                     # their requests have failed: not worth sending
+        if t.producer is self:               # a registered pull producer would keep the transport open
+            t.unregisterProducer()
+        if getattr(t, "TLS", False):
+            # A bookie's close_notify that comes after our FIN makes Twisted's TLS layer close the socket
+            # from inside its own handling of it, then use the TLS state that close freed (AttributeError
+            # on bio_read; Twisted does not support half-close under TLS, twisted#5341): that close waits
+            # for the next reactor turn instead.
+            below = t.protocol.transport
+            lose = below.loseConnection
+            below.loseConnection = lambda *a: self.reactor.callLater(0, lose, *a)
+            if self.tls_phase is not client_tls.HANDSHAKE:
+                t.loseConnection()           # close_notify (Twisted's TLS layer; it waits for the bookie's)
+        t.loseWriteConnection()              # FIN after everything queued, close_notify included
+        self.close_timer = self.reactor.callLater(self.close_wait_s, self._close_timed_out)
+
+    def _close_timed_out(self) -> None:
+        self.close_timer = None
+        log.info("bookie %s did not close its side of the connection within %.1f s of ours: resetting it",
+                 self.bookie_id, self.close_wait_s)
+        self.transport.abortConnection()
 
     def _shut(self, make, why: str) -> None:
         self.state = CLOSED
@@ -369,7 +417,7 @@ class BookieChannel(protocol.Protocol):
             except BlockingIOError:
                 sent = 0
             except OSError as err:
-                self.close(f"send to bookie {self.bookie_id} failed: {err}")
+                self.abort(f"send to bookie {self.bookie_id} failed: {err}")
                 return
             done = 0
             for piece in chunk:
@@ -401,6 +449,8 @@ class BookieChannel(protocol.Protocol):
 
     # --- receiving ----------------------------------------------------------------------------------
     def dataReceived(self, data):
+        if self.state is CLOSED:             # answers to requests close() has failed already
+            return
         if self.tls_phase is not None:
             if self.tls_phase is client_tls.REPLY:
                 client_tls.received(self, data)
@@ -409,7 +459,7 @@ class BookieChannel(protocol.Protocol):
             frames = self.splitter.feed(data)
         except FrameError as err:
             self.handle_frames(err.frames)
-            self.close(f"bad frame from bookie {self.bookie_id}: {err}")
+            self.abort(f"bad frame from bookie {self.bookie_id}: {err}")
             return
         if frames and self.tls_phase is client_tls.VERDICT:
             frames = client_tls.filter_verdict(self, frames)
@@ -424,7 +474,7 @@ class BookieChannel(protocol.Protocol):
                 self._handle_v2(frames)
         except Exception as err:       # an undecodable answer: the stream cannot be trusted any more
             log.exception("undecodable response from bookie %s", self.bookie_id)
-            self.close(f"undecodable response from bookie {self.bookie_id}: {err!r}")
+            self.abort(f"undecodable response from bookie {self.bookie_id}: {err!r}")
 
     def _handle_v2(self, frames) -> None:
         self.core.dispatch_v2(frames, self.adds, self.reads)

@@ -8,6 +8,9 @@ out inside TLS. A bookie that refuses the client's role sends one more START_TLS
 the handshake; it is taken out of the stream here (a v2 channel could not decode it) and logged. START_TLS
 and the handshake must finish within `startTLSTimeoutSecs`. Nothing is ever sent in plaintext but the
 START_TLS request.
+
+A malformed or missing answer, a timeout and a failed name check reset the connection (`ch.abort`); a bookie
+that answers START_TLS with an error status (no TLS configured) is a clean answer, and gets a clean close.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def begin(ch) -> None:
 def _timed_out(ch) -> None:
     ch.tls_timer = None
     if ch.tls_phase in (REPLY, HANDSHAKE):
-        ch.close(f"TLS with bookie {ch.bookie_id} not established within {ch.tls_timeout_s:.0f} s "
+        ch.abort(f"TLS with bookie {ch.bookie_id} not established within {ch.tls_timeout_s:.0f} s "
                  f"({ch.tls_phase})")
 
 
@@ -56,13 +59,13 @@ def received(ch, data: bytes) -> None:
         return
     (n,) = _LEN.unpack_from(buf)
     if n > 1024:
-        ch.close(f"bookie {ch.bookie_id} answered START_TLS with a {n}-byte frame")
+        ch.abort(f"bookie {ch.bookie_id} answered START_TLS with a {n}-byte frame")
         return
     if len(buf) < 4 + n:
         ch.tls_buf = buf
         return
     if len(buf) > 4 + n:
-        ch.close(f"bookie {ch.bookie_id} sent plaintext after its START_TLS reply")
+        ch.abort(f"bookie {ch.bookie_id} sent plaintext after its START_TLS reply")
         return
     ch.tls_buf = b""
     try:
@@ -70,7 +73,7 @@ def received(ch, data: bytes) -> None:
     except Exception:
         response = None
     if response is None or response.header.operation != pb.START_TLS:
-        ch.close(f"bookie {ch.bookie_id} did not answer START_TLS")
+        ch.abort(f"bookie {ch.bookie_id} did not answer START_TLS")
         return
     if response.status != pb.EOK:
         ch.close(f"bookie {ch.bookie_id} refused START_TLS ({pb.StatusCode.Name(response.status)}): "
@@ -87,7 +90,7 @@ def handshake_completed(ch) -> None:
     if ch.tls.settings.verify_hostname:
         why = verify_peer_name(ch.transport.getHandle(), ch.host)
         if why is not None:
-            ch.close(why)
+            ch.abort(why)
             return
     ch.tls_phase = VERDICT
     ch.tls_ready()

@@ -3,10 +3,12 @@
 Owns: reading the key store (PEM: PKCS#8 key in `tlsKeyStore` + chain in `tlsCertificatePath`, the key's
 password as read from `tlsKeyStorePasswordPath`; PKCS12: one file, password trimmed), the trust store
 (PEM or PKCS12), client authentication, `tlsEnabledCipherSuites` (Java/IANA or OpenSSL names) and
-`tlsEnabledProtocols`, no session cache (Java: size 0), and `tlsCertFilesRefreshDurationSeconds`: once
-that long has passed since the last build, the next new connection checks the files' modification times
-and rebuilds the context if one changed (existing connections keep theirs; a failed rebuild is logged
-and the old context stays). A configuration mistake is a one-line ConfigurationError at start.
+`tlsEnabledProtocols` (unset: what a Java bookie or client enables, `JAVA_DEFAULT_CIPHER_SUITES` and
+`JAVA_DEFAULT_PROTOCOLS`; docs/tls.md), no session cache (Java: size 0), and
+`tlsCertFilesRefreshDurationSeconds`: once that long has passed since the last build, the next new
+connection checks the files' modification times and rebuilds the context if one changed (existing
+connections keep theirs; a failed rebuild is logged and the old context stays). A configuration mistake
+is a one-line ConfigurationError at start.
 
 `ServerTLS` makes server-side connections for Twisted's `startTLS`; `ClientTLS` client-side ones, with
 hostname verification (service_identity, Java's "HTTPS" endpoint identification) when asked.
@@ -26,10 +28,23 @@ from bkfast.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TLS_FACTORY_CLASS", "ClientTLS", "ServerTLS", "TLSSettings", "openssl_cipher_names", "tls_enabled",
-           "verify_peer_name"]
+__all__ = ["JAVA_DEFAULT_CIPHER_SUITES", "JAVA_DEFAULT_PROTOCOLS", "TLS_FACTORY_CLASS", "ClientTLS", "ServerTLS",
+           "TLSSettings", "openssl_cipher_names", "tls_enabled", "verify_peer_name"]
 
 TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
+# With the keys unset, Java's TLSContextFactory builds its SslContext with ciphers(null): Netty's default list
+# (SslUtils.DEFAULT_CIPHER_SUITES, in its order) kept to what the JDK supports, and the JDK's default
+# protocols (jdk.tls.disabledAlgorithms removes TLSv1 and TLSv1.1). The JDK's own default list is longer
+# (CBC-SHA256/384, DHE, CHACHA20 suites): a Java bookie refuses those all the same. Printed by JDK 17.0.15
+# with Netty 4.2.13 (SslContextBuilder ... sslProvider(JDK) ... newEngine().getEnabledCipherSuites()).
+JAVA_DEFAULT_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256", "TLS_RSA_WITH_AES_128_CBC_SHA", "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+)
+JAVA_DEFAULT_PROTOCOLS = ("TLSv1.3", "TLSv1.2")
 _PROTOCOLS = {
     "TLSv1": SSL.TLS1_VERSION, "TLSv1.1": SSL.TLS1_1_VERSION, "TLSv1.2": SSL.TLS1_2_VERSION,
     "TLSv1.3": SSL.TLS1_3_VERSION,
@@ -89,8 +104,8 @@ class TLSSettings:
         self.trust_type = pick("tlsTrustStoreType", "clientTrustStoreType")
         self.trust_store = pick("tlsTrustStore", "clientTrustStore")
         self.trust_password_path = pick("tlsTrustStorePasswordPath", "clientTrustStorePasswordPath")
-        self.ciphers = conf.get("tlsEnabledCipherSuites") or []
-        self.protocols = conf.get("tlsEnabledProtocols") or []
+        self.ciphers = conf.get("tlsEnabledCipherSuites") or list(JAVA_DEFAULT_CIPHER_SUITES)
+        self.protocols = conf.get("tlsEnabledProtocols") or list(JAVA_DEFAULT_PROTOCOLS)
         self.refresh_s = conf.get("tlsCertFilesRefreshDurationSeconds")
         self.verify_hostname = (not server) and conf.get("tlsHostnameVerificationEnabled")
 
@@ -200,6 +215,8 @@ def build_context(s: TLSSettings) -> SSL.Context:
             if not s.trust_store:
                 raise ConfigurationError("tlsTrustStore: tlsClientAuthentication=true needs a trust store")
             load_trust_store(ctx, s)
+            # A client without a certificate gets certificate_required (TLS 1.3) or handshake_failure (1.2),
+            # where Java sends bad_certificate: OpenSSL picks that alert without calling back into us.
             ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verify_cb)
         elif s.trust_store:
             load_trust_store(ctx, s)
@@ -212,16 +229,14 @@ def build_context(s: TLSSettings) -> SSL.Context:
             if not s.key_store:
                 raise ConfigurationError("tlsKeyStore: tlsClientAuthentication=true needs the client's key")
             load_key_store(ctx, s)
-    if s.protocols:
-        unknown = [p for p in s.protocols if p not in _PROTOCOLS]
-        if unknown:
-            raise ConfigurationError(f"tlsEnabledProtocols: unknown {', '.join(unknown)} "
-                                     f"(expected some of {', '.join(_PROTOCOLS)})")
-        versions = [_PROTOCOLS[p] for p in s.protocols]
-        ctx.set_min_proto_version(min(versions))
-        ctx.set_max_proto_version(max(versions))
-    if s.ciphers:
-        _set_ciphers(ctx, s.ciphers)
+    unknown = [p for p in s.protocols if p not in _PROTOCOLS]
+    if unknown:
+        raise ConfigurationError(f"tlsEnabledProtocols: unknown {', '.join(unknown)} "
+                                 f"(expected some of {', '.join(_PROTOCOLS)})")
+    versions = [_PROTOCOLS[p] for p in s.protocols]
+    ctx.set_min_proto_version(min(versions))
+    ctx.set_max_proto_version(max(versions))
+    _set_ciphers(ctx, s.ciphers)
     return ctx
 
 
