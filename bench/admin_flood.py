@@ -3,11 +3,12 @@ alone and while 32 threads send `--requests` heavy GETs to its admin API (`httpS
 default, serves them to anyone).
 
     .venv/bin/python bench/admin_flood.py [--runs 2] [--rate 5000] [--seconds 10] [--requests 2000]
-        [--parallel 32] [--ledgers 300] [--bookie-conf key=value ...]
+        [--parallel 32] [--ledgers 300] [--bookie-conf key=value ...] [--bookie-pythonpath DIR]
 
 A real ZooKeeper and one `bkfast bookie` with the admin API on; `--ledgers` ledgers created beforehand so
 that listing them with their metadata is real work. Per run: the writer alone (`bkfast bench bookie --rate`,
-open loop, latency from the scheduled send time), then the writer again during the flood. The GETs
+open loop, latency from the scheduled send time), then the writer again during the flood (which stops
+sending when the writer is done, so it may end before `--requests`). The GETs
 cycle through ledger/list with metadata (decoded and not), ledger/metadata, list_bookie_info,
 server_config and /metrics. Prints one JSON line per run: the add p99 with the flood over alone (goal
 <= 1.5) first, then the absolute figures and what the flood got (answers by status, GETs/s).
@@ -38,6 +39,7 @@ from bkfast.cli.local_zookeeper import ZooKeeperServer
 from bkfast.meta import zk_layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol_compare import from_checkout  # noqa: E402
 from server_targets import BKFAST  # noqa: E402
 
 
@@ -50,11 +52,14 @@ def heavy_paths(ledger_id: int) -> list[str]:
             "/metrics"]
 
 
-def flood(port: int, paths: list[str], requests: int, parallel: int) -> dict:
+def flood(port: int, paths: list[str], requests: int, parallel: int, stop: threading.Event) -> dict:
+    """Up to `requests` GETs, `parallel` at a time, until `stop` is set (the writer's run is over)."""
     statuses: collections.Counter = collections.Counter()
     lock = threading.Lock()
 
     def one(i: int) -> None:
+        if stop.is_set():
+            return
         url = f"http://127.0.0.1:{port}{paths[i % len(paths)]}"
         try:
             with urllib.request.urlopen(url, timeout=120) as resp:
@@ -71,7 +76,8 @@ def flood(port: int, paths: list[str], requests: int, parallel: int) -> dict:
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         list(pool.map(one, range(requests)))
     seconds = time.monotonic() - started
-    return {"answers": dict(statuses), "seconds": round(seconds, 1), "gets_per_s": round(requests / seconds, 1)}
+    answered = sum(statuses.values())
+    return {"answers": dict(statuses), "seconds": round(seconds, 1), "gets_per_s": round(answered / seconds, 1)}
 
 
 def rate_run(port: int, rate: int, seconds: float, first_ledger: int) -> dict:
@@ -93,7 +99,9 @@ def one_run(zk_connect: str, base: Path, run: int, args, extra_conf: dict) -> di
     uri = f"zk+hierarchical://{zk_connect}{root}"
     http_port = free_port()
     bookie = LocalBookie(base / f"bookie-{run}", free_port(), uri,
-                         {"httpServerEnabled": "true", "httpServerPort": str(http_port), **extra_conf}).start()
+                         {"httpServerEnabled": "true", "httpServerPort": str(http_port), **extra_conf})
+    with from_checkout(args.bookie_pythonpath):
+        bookie.start()
     try:
         with BookKeeper(uri, timeout=60) as bk:
             for i in range(args.ledgers):
@@ -104,18 +112,21 @@ def one_run(zk_connect: str, base: Path, run: int, args, extra_conf: dict) -> di
             some_ledger = lh.ledger_id
         alone = rate_run(bookie.port, args.rate, args.seconds, 10_000 + run * 1000)
         result: dict = {}
+        stop = threading.Event()
         flooder = threading.Thread(target=lambda: result.update(
-            flood(http_port, heavy_paths(some_ledger), args.requests, args.parallel)), daemon=True)
+            flood(http_port, heavy_paths(some_ledger), args.requests, args.parallel, stop)), daemon=True)
         flooder.start()
         time.sleep(1.0)                              # the flood is at full strength before the writer starts
         with_flood = rate_run(bookie.port, args.rate, args.seconds, 20_000 + run * 1000)
         flood_still_running = flooder.is_alive()
+        stop.set()                                   # what is in flight finishes; nothing more is sent
         flooder.join()
         return {"p99_ratio": round(with_flood["p99_ms"] / alone["p99_ms"], 2),
                 "p999_ratio": round(with_flood["p999_ms"] / alone["p999_ms"], 2),
                 "alone": {k: alone[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")},
                 "with_flood": {k: with_flood[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")},
-                "flood_outlasted_writer": flood_still_running, "flood": result, "bookie_conf": extra_conf}
+                "flood_outlasted_writer": flood_still_running, "flood": result, "bookie_conf": extra_conf,
+                "bookie_code": args.bookie_pythonpath or "this checkout"}
     finally:
         bookie.stop()
 
@@ -130,6 +141,7 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=300)
     ap.add_argument("--bookie-conf", action="append", default=[], help="key=value for the bookie (repeatable)")
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--bookie-pythonpath", default=None, help="run the bookie from this checkout (A/B)")
     args = ap.parse_args()
     extra_conf = dict(kv.split("=", 1) for kv in args.bookie_conf)
     with ZooKeeperServer() as zk_server, tempfile.TemporaryDirectory(dir=args.dir) as tmp:

@@ -14,6 +14,7 @@ ratios first, then absolute figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,16 +30,16 @@ from server_targets import BKFAST, DEFAULT_BOOKIE_CONF, cpu_seconds  # noqa: E40
 from bkfast.cli.local_cluster import LocalBookie  # noqa: E402
 
 
-def start_bookie(data_dir: Path, pythonpath: str | None, extra_conf: dict | None = None) -> LocalBookie:
-    """A fresh bookie; `pythonpath`: run it from that checkout instead (its code must come first on the
-    bookie's sys.path: `python -m` puts the working directory before PYTHONPATH, so it starts there too)."""
+@contextlib.contextmanager
+def from_checkout(pythonpath: str | None):
+    """Processes started inside run from the checkout at `pythonpath` (None: this one). Its code must come
+    first on their sys.path: `python -m` puts the working directory before PYTHONPATH, so they start there."""
     saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     if pythonpath:
         os.environ["PYTHONPATH"] = pythonpath
         os.chdir(pythonpath)
     try:
-        conf = {**DEFAULT_BOOKIE_CONF, **(extra_conf or {})}
-        return LocalBookie(Path(data_dir).resolve(), 0, extra_conf=conf).start()
+        yield
     finally:
         if pythonpath:
             os.chdir(cwd)
@@ -46,6 +47,13 @@ def start_bookie(data_dir: Path, pythonpath: str | None, extra_conf: dict | None
                 os.environ.pop("PYTHONPATH", None)
             else:
                 os.environ["PYTHONPATH"] = saved
+
+
+def start_bookie(data_dir: Path, pythonpath: str | None, extra_conf: dict | None = None) -> LocalBookie:
+    """A fresh bookie; `pythonpath`: run it from that checkout instead (`from_checkout`)."""
+    with from_checkout(pythonpath):
+        conf = {**DEFAULT_BOOKIE_CONF, **(extra_conf or {})}
+        return LocalBookie(Path(data_dir).resolve(), 0, extra_conf=conf).start()
 
 
 def bench_adds(port: int, protocol: str, count: int, first_ledger: int) -> dict:

@@ -15,8 +15,7 @@ from bkfast import BookKeeper
 from bkfast.cli.local_cluster import LocalBookie, free_port
 
 from .client_cluster import Cluster
-from .server_support import BookieProcess
-from .test_http_admin_tls import TOKEN, https
+from .test_http_admin_tls import TOKEN, https, start_https_bookie
 from .tls_support import make_pki
 
 
@@ -28,18 +27,7 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="module")
 def authz_https_bookie(tmp_path_factory, pki):
     """HTTPS admin API with client certificates and BookieAuthZFactory (authorizedRoles=bkclient)."""
-    d = tmp_path_factory.mktemp("https-authz")
-    keystore = d / "http.pem"
-    keystore.write_bytes(pki.bookie_key.read_bytes() + pki.bookie_cert.read_bytes())
-    (d / "token").write_text(TOKEN + "\n")
-    port = free_port()
-    b = BookieProcess(d / "bookie")
-    b.extra_conf.update(pki.bookie_conf(authz=True))
-    b.extra_conf.update(httpServerEnabled="true", httpServerPort=str(port), httpServerHost="127.0.0.1",
-                        httpServerTlsEnable="true", httpServerKeystorePath=str(keystore),
-                        httpServerTrustStorePath=str(pki.ca), httpServerAuthTokenFile=str(d / "token"))
-    b.start()
-    b.http_port = port
+    b = start_https_bookie(tmp_path_factory.mktemp("https-authz"), pki, **pki.bookie_conf(authz=True))
     yield b
     assert b.stop() == 0, b.log()
 

@@ -23,19 +23,26 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture(scope="module")
-def https_bookie(tmp_path_factory, pki):
-    d = tmp_path_factory.mktemp("https")
+def start_https_bookie(d, pki, **conf) -> BookieProcess:
+    """A bookie (no metadata) whose admin API is HTTPS with the test CA's client certificates and TOKEN;
+    `conf`: more bookie keys."""
     keystore = d / "http.pem"
     keystore.write_bytes(pki.bookie_key.read_bytes() + pki.bookie_cert.read_bytes())
     (d / "token").write_text(TOKEN + "\n")
     port = _free_port()
     b = BookieProcess(d / "bookie")
+    b.extra_conf.update(conf)
     b.extra_conf.update(httpServerEnabled="true", httpServerPort=str(port), httpServerHost="127.0.0.1",
                         httpServerTlsEnable="true", httpServerKeystorePath=str(keystore),
                         httpServerTrustStorePath=str(pki.ca), httpServerAuthTokenFile=str(d / "token"))
     b.start()
     b.http_port = port
+    return b
+
+
+@pytest.fixture(scope="module")
+def https_bookie(tmp_path_factory, pki):
+    b = start_https_bookie(tmp_path_factory.mktemp("https"), pki)
     yield b
     assert b.stop() == 0, b.log()
 

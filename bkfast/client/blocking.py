@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 
 from bkfast.reactor import call, start_reactor_thread, submit
 
-__all__ = ["BookKeeper", "BlockingLedgerHandle", "call_in_reactor"]
+__all__ = ["BookKeeper", "BlockingLedgerHandle", "call_in_reactor", "pipelined_adds"]
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -84,7 +84,7 @@ class BlockingLedgerHandle:
 
     def add_entries(self, payloads: Iterable[bytes], max_outstanding: int = 1000) -> list[int]:
         """Append many payloads with up to `max_outstanding` adds in flight; returns their entry ids."""
-        return call(_pipelined_adds, self._handle, list(payloads), max_outstanding, timeout=self._timeout * 10)
+        return call(pipelined_adds, self._handle, list(payloads), max_outstanding, timeout=self._timeout * 10)
 
     def force(self) -> int:
         return call(self._handle.force, timeout=self._timeout)
@@ -146,7 +146,9 @@ class BlockingLedgerHandle:
         return f"Blocking{self._handle!r}"
 
 
-def _pipelined_adds(handle, payloads: list, max_outstanding: int):
+def pipelined_adds(handle, payloads: list, max_outstanding: int):
+    """Reactor thread: add `payloads` to a WriteHandle with at most `max_outstanding` in flight; a Deferred of
+    their entry ids, in order (or of the first error)."""
     from twisted.internet import defer
 
     done = defer.Deferred()

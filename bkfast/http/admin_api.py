@@ -117,7 +117,7 @@ def _body_object(body: bytes) -> dict:
 class _Services:
     """Lazily built, shared by the handlers: the ledger client of this process (on the bookie's reactor)."""
 
-    def __init__(self, context, gate: AdmissionGate):
+    def __init__(self, context, gate: AdmissionGate | None = None):
         self.context = context
         self.gate = gate
         self._client = None

@@ -119,7 +119,7 @@ def https_context_factory(conf):
     """The HTTPS server's context factory (`getContext()`), from the httpServer* keys."""
     from OpenSSL import SSL, crypto
 
-    from bkfast.tls.context import _verify_cb
+    from bkfast.tls.context import verify_peer_callback
 
     ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
     ctx.set_options(SSL.OP_NO_COMPRESSION)
@@ -147,7 +147,7 @@ def https_context_factory(conf):
         store = ctx.get_cert_store()
         for ca in cas:
             store.add_cert(crypto.X509.from_cryptography(ca))
-        ctx.set_verify(SSL.VERIFY_PEER, _verify_cb)     # asked for, not demanded (read-only endpoints)
+        ctx.set_verify(SSL.VERIFY_PEER, verify_peer_callback)     # asked for, not demanded (read-only endpoints)
 
     class _Factory:
         def getContext(self):

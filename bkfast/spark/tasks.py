@@ -174,10 +174,10 @@ def write_task(opts, write_id: str, batches) -> TaskSegment:
 def _submit(lh, payloads: list[bytes], previous):
     """Push all of `payloads` now (in order, so entry ids follow record order), then wait for the
     previous chunk: one chunk is always in flight while the next one is encoded."""
-    from bkfast.client.blocking import _pipelined_adds
+    from bkfast.client.blocking import pipelined_adds
     from bkfast.reactor import submit
 
-    current = submit(_pipelined_adds, lh.async_handle, payloads, len(payloads))
+    current = submit(pipelined_adds, lh.async_handle, payloads, len(payloads))
     if previous is not None:
         previous.wait(120)
     return current

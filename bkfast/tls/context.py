@@ -29,7 +29,7 @@ from bkfast.errors import ConfigurationError
 log = logging.getLogger(__name__)
 
 __all__ = ["JAVA_DEFAULT_CIPHER_SUITES", "JAVA_DEFAULT_PROTOCOLS", "TLS_FACTORY_CLASS", "ClientTLS", "ServerTLS",
-           "TLSSettings", "openssl_cipher_names", "tls_enabled", "verify_peer_name"]
+           "TLSSettings", "openssl_cipher_names", "tls_enabled", "verify_peer_callback", "verify_peer_name"]
 
 TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
 # With the keys unset, Java's TLSContextFactory builds its SslContext with ciphers(null): Netty's default list
@@ -198,7 +198,8 @@ def _why(err: Exception) -> str:
     return str(err) or type(err).__name__
 
 
-def _verify_cb(conn, cert, errno, depth, ok):
+def verify_peer_callback(conn, cert, errno, depth, ok):
+    """OpenSSL's verdict as it is: the callback only stops pyOpenSSL from asking Python for one."""
     return bool(ok)
 
 
@@ -217,14 +218,14 @@ def build_context(s: TLSSettings) -> SSL.Context:
             load_trust_store(ctx, s)
             # A client without a certificate gets certificate_required (TLS 1.3) or handshake_failure (1.2),
             # where Java sends bad_certificate: OpenSSL picks that alert without calling back into us.
-            ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verify_cb)
+            ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, verify_peer_callback)
         elif s.trust_store:
             load_trust_store(ctx, s)
     else:
         if not s.trust_store:
             raise ConfigurationError("tlsTrustStore: a TLS client needs a trust store (the bookies' CA)")
         load_trust_store(ctx, s)
-        ctx.set_verify(SSL.VERIFY_PEER, _verify_cb)
+        ctx.set_verify(SSL.VERIFY_PEER, verify_peer_callback)
         if s.client_auth:
             if not s.key_store:
                 raise ConfigurationError("tlsKeyStore: tlsClientAuthentication=true needs the client's key")
