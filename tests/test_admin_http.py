@@ -43,6 +43,9 @@ def api(zookeeper_server, tmp_path_factory):
                          {"httpServerEnabled": "true", "httpServerPort": str(http_port),
                           "dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16",
                           "journalMaxGroupWaitMSec": "1", "httpServerAuthTokenFile": str(secrets_dir / "token"),
+                          # no checkpoint on a timer: the GET test's snapshot of the bookie's files must see
+                          # only what requests change (a checkpoint flushes earlier tests' adds at any time)
+                          "flushInterval": "3600000",
                           "httpServerKeystorePassword": KEYSTORE_PASSWORD, "saslJaasClientPassword": SASL_PASSWORD})
     try:
         bookie.start()
