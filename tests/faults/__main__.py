@@ -30,7 +30,8 @@ from .nemesis import FAULTS
 from .netns import netns_available
 
 SUMMED = ("stream_records_checked", "stream_records_read", "stream_indeterminate", "stream_indeterminate_present",
-          "underreplicated_left", "replica_entries_missing_at_write", "rereplicated_segments")
+          "underreplicated_left", "underreplicated_unhealable", "replica_entries_missing_at_write",
+          "rereplicated_segments")
 
 
 def main(argv=None) -> int:

@@ -12,9 +12,10 @@ from every bookie of its write set). Checks, per ledger:
                  and readers of the closed ledger see the same contents;
   * no vanishing every entry any reader saw is still there, with the same bytes;
   * underreplicated  (AutoRecovery) after healing and the final's bounded settle wait, no under-replication
-                 mark is left for a ledger that could be healed (it exists and every bookie of its
-                 ensembles is registered), and every entry of a ledger that was CLOSED before the final
-                 check is present on every bookie of its write set (other bytes are durability violations),
+                 mark is left for a ledger that could be healed (it exists, every bookie of its ensembles
+                 is registered, and so is a bookie outside them to copy onto), and every entry of a ledger
+                 that was CLOSED before the final check is present on every bookie of its write set (other
+                 bytes are durability violations),
                  but for what BookKeeper itself leaves short (one missed run of writes, see `_replica_gaps`:
                  counted, not a violation); a bookie AutoRecovery put into a segment must hold all of its
                  share; each ledger's missing entries are named per bookie and segment.
@@ -187,15 +188,20 @@ def _check_replication(ledgers: dict, final: dict, violations: list[Violation], 
         return {}
     available = set(state.get("available", []))
     marks = {int(k): v for k, v in state.get("marks", {}).items()}
+    unhealable = 0
     for ledger, replicas in sorted(marks.items()):
         md = ledgers.get(ledger)
         if md is None:
             continue                                  # gone or unreadable: the durability check names it
         bookies = {b for _start, ens in md["ensembles"] for b in ens}
-        if bookies <= available:
+        unhealable += bookies >= available
+        # AutoRecovery heals by copying onto a bookie outside the segment's ensemble (BookKeeper never rewrites
+        # a replica in place): when the ledger's ensembles already hold every registered bookie (E=5 on 5
+        # bookies), no worker can heal it and the mark stays, in Java as here.
+        if bookies <= available and available - bookies:
             violations.append(Violation("underreplicated", ledger, f"still marked under-replicated (missing "
                                         f"{replicas}) {state.get('settle_s')} s after healing, though every "
-                                        f"bookie of its ensembles is registered"))
+                                        f"bookie of its ensembles is registered and a spare one is too"))
     installed = {(int(lid), int(start), b) for lid, start, b in final.get("rereplicated", [])}
     at_write = 0
     for ledger, md in sorted(ledgers.items()):
@@ -212,7 +218,8 @@ def _check_replication(ledgers: dict, final: dict, violations: list[Violation], 
             shown = "; ".join(f"{b}: entries {_ranges(ids)}" for b, ids in sorted(bad.items()))
             violations.append(Violation("underreplicated", ledger, f"closed ledger (E/W/A {md['ewa']}) is missing "
                                         f"entries on bookies of their write set: {shown}"))
-    return {"underreplicated_left": len(marks), "replica_entries_missing_at_write": at_write,
+    return {"underreplicated_left": len(marks), "underreplicated_unhealable": unhealable,
+            "replica_entries_missing_at_write": at_write,
             "rereplicated_segments": len(installed), "replication_settle_s": state.get("settle_s")}
 
 

@@ -47,7 +47,8 @@ def test_campaign_with_every_fault_type_finds_no_violation(seed, tmp_path, first
     assert summary["acked_checked"] > 100, summary
     assert summary["unrecovered_ledgers"] == 0, summary
     assert summary["stream_records_checked"] > 100, summary
-    assert summary["underreplicated_left"] == 0, summary
+    # a mark may stay only where no registered bookie is outside the ledger's ensembles (E=5 on 5 bookies)
+    assert summary["underreplicated_left"] == summary["underreplicated_unhealable"], summary
     assert report.violations == [], "\n".join(lines)
     if not first_history:
         first_history.update(history=history, final=_final(tmp_path))

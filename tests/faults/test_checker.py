@@ -128,17 +128,28 @@ def test_a_healed_cluster_with_every_replica_in_place_passes_the_replication_che
     assert report.summary()["underreplicated_left"] == 0 and report.summary()["replica_entries_missing_at_write"] == 0
 
 
+SPARE = "127.77.0.6:3181"
+
+
 def test_a_mark_left_for_a_ledger_that_could_be_healed_is_an_underreplicated_violation():
-    found, report = kinds(*with_replication(marks={"7": [B[0]]}))
+    found, report = kinds(*with_replication(marks={"7": [B[0]]}, available=B + [SPARE]))
     assert found == ["underreplicated"]
     assert "still marked under-replicated" in report.violations[0].message and report.violations[0].ledger == 7
     assert report.summary()["underreplicated_left"] == 1
 
 
 def test_a_mark_left_while_a_bookie_of_the_ledger_is_not_registered_is_counted_not_a_violation():
-    found, report = kinds(*with_replication(marks={"7": [B[0]]}, available=B[1:]))
+    found, report = kinds(*with_replication(marks={"7": [B[0]]}, available=B[1:] + [SPARE]))
     assert found == []
     assert report.summary()["underreplicated_left"] == 1
+
+
+def test_a_mark_left_when_no_registered_bookie_is_outside_the_ensemble_is_counted_not_a_violation():
+    """E=5 on 5 bookies (seen in a campaign): a bookie that missed entries can only be replaced by one outside
+    the ensemble, and there is none, so AutoRecovery cannot heal the ledger (Java's worker cannot either)."""
+    found, report = kinds(*with_replication(marks={"7": [B[0]]}, available=B))
+    assert found == []
+    assert report.summary()["underreplicated_left"] == 1 and report.summary()["underreplicated_unhealable"] == 1
 
 
 def test_a_closed_ledger_entry_missing_on_one_bookie_of_its_write_set_names_the_bookie_and_entries():
