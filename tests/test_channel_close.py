@@ -194,17 +194,22 @@ def _fin_arrived(sock, timeout: float = 5.0) -> bool:
         probe.close()
 
 
+def _closing_after_one_tls_add(listener, pki):
+    """A client that added one entry to `listener` over TLS and is now closing: (the peer's TLS socket,
+    its Closing). A ragged EOF (FIN without close_notify) raises SSLEOFError there instead of b''."""
+    client = _client(pki.client_conf())
+    box = _add(client, listener.bookie_id)
+    peer = _tls_accept(listener, pki, suppress_ragged_eofs=False)
+    _answer_v2_add(peer)
+    while not box[0].called:
+        time.sleep(0.01)
+    return peer, Closing(client)
+
+
 def test_closing_an_idle_tls_channel_sends_close_notify_then_fin(pki):
     listener = Listener()
-    client = _client(pki.client_conf())
     try:
-        box = _add(client, listener.bookie_id)
-        # A ragged EOF (FIN without close_notify) raises SSLEOFError instead of returning b''.
-        peer = _tls_accept(listener, pki, suppress_ragged_eofs=False)
-        _answer_v2_add(peer)
-        while not box[0].called:
-            time.sleep(0.01)
-        closing = Closing(client)
+        peer, closing = _closing_after_one_tls_add(listener, pki)
         assert peer.recv(16) == b""                 # close_notify
         assert _fin_arrived(peer)                   # then FIN, without waiting for our close_notify
         raw = peer.unwrap()                         # our close_notify now reaches a half-closed client
@@ -218,14 +223,8 @@ def test_closing_an_idle_tls_channel_sends_close_notify_then_fin(pki):
 
 def test_a_tls_peer_that_never_answers_close_notify_is_reset_after_the_bounded_wait(pki):
     listener = Listener()
-    client = _client(pki.client_conf())
     try:
-        box = _add(client, listener.bookie_id)
-        peer = _tls_accept(listener, pki, suppress_ragged_eofs=False)
-        _answer_v2_add(peer)
-        while not box[0].called:
-            time.sleep(0.01)
-        closing = Closing(client)
+        peer, closing = _closing_after_one_tls_add(listener, pki)
         assert peer.recv(16) == b""                 # close_notify arrives, and is never answered
         raw = socket.socket(fileno=peer.detach())
         raw.settimeout(10)
