@@ -3,7 +3,8 @@
     python -m tests.crash.compaction_child DATA_DIR SEED FIRST_LEDGER
 
 Prints `A <ledger> <entry> <sha256>` per acknowledged (durable) add, `C` when the writes are checkpointed,
-`S` when the ledgers are deleted and garbage collection starts, `P <step> <log id hex>` after each compaction step (copied / indexed / removed),
+`S` when the ledgers are deleted and garbage collection starts, `P <step> <log id hex>` after each compaction
+step (copied / indexed / removed),
 `G <logs compacted>` after each GC cycle and `E` at the end. Deleted ledgers are appended (and fsynced) to
 DATA_DIR/deleted.txt before they leave the metadata source the GC asks; the parent never checks them.
 Small entry logs and a throttled compaction make a SIGKILL land between any two steps.

@@ -4,8 +4,8 @@ ledger is lost, and no index entry points at a removed entry log.
 A child process (tests/crash/compaction_child.py) runs a real Bookie (DbLedgerStorage, real files), adds 8
 ledgers, deletes half of all live ledgers in its metadata source and compacts with a throttle. The parent
 kills it with SIGKILL a short random time after a random number of compaction steps (counting steps, not
-seconds, so that a slow machine kills inside compaction as often as a fast one), then opens a Bookie on the same directories
-and reads back every acknowledged entry of every ledger not deleted (all iterations so far), plus every
+seconds, so that a slow machine kills inside compaction as often as a fast one), then opens a Bookie on the
+same directories and reads back every acknowledged entry of every ledger not deleted (all iterations so far), plus every
 entry the index still lists for any ledger. BKFAST_COMPACTION_CRASH_ITERATIONS (default 20) and
 BKFAST_CRASH_SEED change the run.
 """
