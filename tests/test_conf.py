@@ -41,9 +41,10 @@ dbStorage_writeCacheMaxSizeMb=512
 diskUsageThreshold=0.97
 diskUsageWarnThreshold=0.95
 
-# keys bkfast does not implement, carried over from a Java deployment
 statsProviderClass=org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider
 prometheusStatsHttpPort=8000
+# keys bkfast does not implement, carried over from a Java deployment
+codahaleStatsPrefix=bk
 zkEnableSecurity=false
 
 metadataServiceUri=zk+hierarchical://zk1:2181;zk2:2181/ledgers
@@ -257,10 +258,11 @@ def test_loading_a_realistic_bk_server_conf(tmp_path):
 
 def test_unknown_keys_are_kept_and_listed_for_warnings(tmp_path):
     conf = ServerConfiguration.load(write_conf(tmp_path, REALISTIC_BK_SERVER_CONF), env={})
-    assert conf.unknown_keys == ["statsProviderClass", "prometheusStatsHttpPort", "zkEnableSecurity"]
-    assert conf.get("prometheusStatsHttpPort") == "8000"
+    assert conf.unknown_keys == ["codahaleStatsPrefix", "zkEnableSecurity"]
+    assert conf.get("codahaleStatsPrefix") == "bk"
+    assert conf.get("prometheusStatsHttpPort") == 8000
     assert "allowLoopback" not in conf.unknown_keys  # it was behind a '!' comment
-    assert "prometheusStatsHttpPort=8000" in conf.dump()
+    assert "codahaleStatsPrefix=bk" in conf.dump()
 
 
 def test_client_keys_in_a_server_file_are_unknown_to_the_server():

@@ -67,9 +67,17 @@ def test_shipped_conf_lists_every_server_key_and_every_key_the_code_reads():
     assert set(listed) - server_keys == set()            # nothing listed that bkfast does not read
 
 
+# Keys the shipped conf sets on purpose to something other than the code's (Java's) default: the stats
+# provider is Prometheus in bkfast's conf, as in Apache Pulsar's bookkeeper.conf.
+SET_BY_SHIPPED_CONF = {"statsProviderClass": "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider"}
+
+
 def test_shipped_conf_shows_each_default():
     for name, shown in listed_keys().items():
         key = ServerConfiguration.key_info(name)
+        if name in SET_BY_SHIPPED_CONF:
+            assert shown == SET_BY_SHIPPED_CONF[name] != key.default
+            continue
         if shown == "" or key.derive is not None or key.default is None:
             continue
         if name == "journalDirectories":
@@ -87,7 +95,7 @@ def test_every_listed_key_has_a_line_of_explanation():
 
 def test_misspelled_key_is_kept_and_reported_with_the_closest_key(tmp_path, caplog):
     path = tmp_path / "bk_server.conf"
-    path.write_text("journalDirectores=/data/j\nJOURNALMAXBACKUPS=3\nstatsProviderClass=org.x.Stats\n"
+    path.write_text("journalDirectores=/data/j\nJOURNALMAXBACKUPS=3\ncodahaleStatsPrefix=bk\n"
                     "allowLoopback=true\nmyPluginKey=1\n")
     conf = ServerConfiguration.load(path, env={})
     assert conf.get("journalDirectores") == "/data/j"              # kept for plugins
@@ -96,14 +104,14 @@ def test_misspelled_key_is_kept_and_reported_with_the_closest_key(tmp_path, capl
         "journalDirectores is not a key bkfast reads; did you mean journalDirectories?",
         "JOURNALMAXBACKUPS is not a key bkfast reads; did you mean journalMaxBackups?",
     ]
-    assert others == ["statsProviderClass", "allowLoopback", "myPluginKey"]
+    assert others == ["codahaleStatsPrefix", "allowLoopback", "myPluginKey"]
     with caplog.at_level(logging.INFO, logger="bkfast.conf"):
         log_unknown_keys(conf)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert warnings == suggestions
     assert infos == ["BookKeeper keys bkfast does not read (what they set is built in, absent or fixed here; "
-                     "not misspellings): statsProviderClass, allowLoopback",
+                     "not misspellings): codahaleStatsPrefix, allowLoopback",
                      "keys bkfast does not read (kept for plugins): myPluginKey"]
 
 

@@ -92,22 +92,22 @@ def test_metrics_count_adds_and_reads(admin_bookie):
         assert v2_read(c, 11, 3).rc == 0
         assert v2_read(c, 11, 999).rc == 2                     # ENOENTRY
         status, text = http(port, "/metrics")
-        assert sample(text, "bookie_connections") >= 1
+        assert sample(text, "bkfast_connections") >= 1
     assert status == 200
-    assert sample(text, "bookie_add_entry_total", '{status="OK"}') >= n
-    assert sample(text, "bookie_add_entry_latency_seconds_count") >= n
-    assert 'bookie_add_entry_latency_seconds_bucket{le="+Inf"}' in text
-    assert sample(text, "bookie_read_entry_total", '{status="OK"}') >= 1
-    assert sample(text, "bookie_read_entry_total", '{status="ENOENTRY"}') >= 1
-    assert sample(text, "bookie_read_entry_latency_seconds_count") >= 1
-    assert sample(text, "bookie_journal_sync_total") >= 1
-    assert sample(text, "bookie_journal_batch_total") >= 1
-    assert sample(text, "bookie_journal_bytes_total") > 0
-    assert sample(text, "bookie_journal_sync_latency_seconds_count") >= 1
-    assert sample(text, "bookie_journal_queue_size") >= 0
-    assert sample(text, "bookie_write_cache_size_bytes") >= 0
-    assert sample(text, "bookie_read_only") == 0
-    assert sample(text, "bookie_pending_adds") == 0
+    assert sample(text, "bkfast_add_entry_total", '{status="OK"}') >= n
+    assert sample(text, "bkfast_add_entry_latency_seconds_count") >= n
+    assert 'bkfast_add_entry_latency_seconds_bucket{le="+Inf"}' in text
+    assert sample(text, "bkfast_read_entry_total", '{status="OK"}') >= 1
+    assert sample(text, "bkfast_read_entry_total", '{status="ENOENTRY"}') >= 1
+    assert sample(text, "bkfast_read_entry_latency_seconds_count") >= 1
+    assert sample(text, "bkfast_journal_sync_total") >= 1
+    assert sample(text, "bkfast_journal_batch_total") >= 1
+    assert sample(text, "bkfast_journal_bytes_total") > 0
+    assert sample(text, "bkfast_journal_sync_latency_seconds_count") >= 1
+    assert sample(text, "bkfast_journal_queue_size") >= 0
+    assert sample(text, "bkfast_write_cache_size_bytes") >= 0
+    assert sample(text, "bkfast_read_only") == 0
+    assert sample(text, "bkfast_pending_adds") == 0
 
 
 def test_readonly_switch(admin_bookie):
@@ -120,8 +120,8 @@ def test_readonly_switch(admin_bookie):
         assert v2_add(c, 12, 1) == 105                          # EREADONLY
         assert v2_read(c, 12, 0).rc == 0
         text = http(port, "/metrics")[1]
-        assert sample(text, "bookie_read_only") == 1
-        assert sample(text, "bookie_add_entry_total", '{status="EREADONLY"}') >= 1
+        assert sample(text, "bkfast_read_only") == 1
+        assert sample(text, "bkfast_add_entry_total", '{status="EREADONLY"}') >= 1
         assert http(port, "/api/v1/bookie/state/readonly", "PUT", {"readOnly": False})[0] == 200
         assert json.loads(http(port, "/api/v1/bookie/state/readonly")[1]) == {"readOnly": False}
         assert v2_add(c, 12, 1) == 0
@@ -186,6 +186,6 @@ def test_gc_trigger_details_and_metrics(admin_bookie):
     assert {"logs", "bytes_reclaimed", "read_only", "disk_usage"} <= set(details)
     assert json.loads(http(port, "/api/v1/bookie/gc")[1]) == {"is_in_force_gc": "false"}
     metrics = http(port, "/metrics")[1]
-    assert sample(metrics, "bookie_gc_cycles_total") >= 1
-    assert sample(metrics, "bookie_gc_last_run_timestamp_seconds") > 0
-    assert sample(metrics, "bookie_major_compaction_last_timestamp_seconds") > 0
+    assert sample(metrics, "bkfast_gc_cycles_total") >= 1
+    assert sample(metrics, "bkfast_gc_last_run_timestamp_seconds") > 0
+    assert sample(metrics, "bkfast_major_compaction_last_timestamp_seconds") > 0

@@ -32,9 +32,9 @@ LAYERS = {
     5: ["dbstorage", "indexstorage"],
     4: ["storage"],
     3: ["meta"],
-    2: ["codec", "_clientpath", "tls"],
+    2: ["codec", "_clientpath", "tls", "stats"],
     1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog"],
-    0: ["errors", "_protowire", "_refcodec_v3", "conf_java", "conf_keys"],
+    0: ["errors", "_protowire", "_refcodec_v3", "conf_java", "conf_keys", "_stats"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
 

@@ -62,7 +62,7 @@ def _metrics(bookie) -> dict[str, float]:
     """The bookie_replication_* samples of a bookie's /metrics."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port(bookie)}/metrics", timeout=10).read().decode()
     return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-            if line.startswith("bookie_replication_")}
+            if line.startswith("bkfast_replication_")}
 
 
 def _urm(cluster):
@@ -150,9 +150,9 @@ def test_kill_9_one_bookie_under_live_writers_heals(cluster):
             check_replicas(bk, w.lh.ledger_id, md, {victim}, w.acked)
         print(f"healed {len(all_ids)} ledgers {healed_s:.1f} s after kill -9 of {victim}")
         scraped = [_metrics(b) for b in cluster.bookies if b.alive()]
-        assert sum(m["bookie_replication_replicated_ledgers_total"] for m in scraped) >= 1
-        assert sum(m["bookie_replication_bytes_copied_total"] for m in scraped) > 0
-        assert sum(m["bookie_replication_is_auditor"] for m in scraped) == 1
+        assert sum(m["bkfast_replication_replicated_ledgers_total"] for m in scraped) >= 1
+        assert sum(m["bkfast_replication_bytes_copied_total"] for m in scraped) > 0
+        assert sum(m["bkfast_replication_is_auditor"] for m in scraped) == 1
         for lid in all_ids:                                        # the next test has fewer bookies
             bk.delete_ledger(lid)
     finally:

@@ -50,8 +50,8 @@ def test_service_hands_its_metrics_to_bookie_journal_and_http_and_stops_as_a_who
             assert decode_response(client.recv_body()).rc == 0
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as resp:
             text = resp.read().decode()
-        assert 'bookie_add_entry_total{status="OK"} 1.0' in text
-        synced = re.search(r"^bookie_journal_sync_latency_seconds_count (\S+)$", text, re.MULTILINE)
+        assert 'bkfast_add_entry_total{status="OK"} 1.0' in text
+        synced = re.search(r"^bkfast_journal_sync_latency_seconds_count (\S+)$", text, re.MULTILINE)
         assert synced and float(synced.group(1)) >= 1, "the journal did not report to the service's metrics"
     finally:
         call(service.stop)

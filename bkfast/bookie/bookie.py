@@ -31,6 +31,7 @@ from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journals import JournalSet
 from bkfast.bookie.lac import LacTracker, LacWaiter, entry_lac, lac_of_buffer
 from bkfast.bookie.read_only import ReadOnlyState
+from bkfast.bookie.stats import BookieStats
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import (
@@ -44,6 +45,7 @@ from bkfast.errors import (
     BKWriteOnReadOnlyBookieException,
     StorageBusyError,
 )
+from bkfast.stats import StatsLogger, StatsRegistry
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +71,14 @@ class Bookie(ReadOnlyState):
     """A bookie's storage: journal + ledger storage + checkpoint, driven by callbacks."""
 
     def __init__(self, conf: ServerConfiguration, dispatcher: Callable[[Callable, list], None] | None = None,
-                 ledger_exists_source=None):
+                 ledger_exists_source=None, stats: StatsLogger | None = None):
         """`ledger_exists_source`: what the garbage collector asks which ledgers still exist (a
         MetadataDriver, or anything with its `ledgers_exist`); None = GC deletes no ledger (it still
-        removes and compacts entry logs of ledgers deleted otherwise)."""
+        removes and compacts entry logs of ledgers deleted otherwise). `stats`: the root StatsLogger
+        the Bookie and its parts record Java's stats into (scope `bookie`, ...); None records nothing."""
         self.conf = conf
+        self.stats_root = stats if stats is not None else StatsRegistry(enabled=False).logger()
+        self.stats = BookieStats(self.stats_root)
         self._dispatcher = dispatcher or _inline_dispatcher
         journal_dirs = conf.get("journalDirectories") or [conf.get("journalDirectory")]
         self.journal_dirs = [Path(d) for d in journal_dirs]

@@ -5,21 +5,21 @@ error type the first time it is seen), adds/reads do one counter inc and (on suc
 observe, and the journal thread observes ONE sync latency per batch. Gauges and the journal counters
 are read at scrape time (Gauge.set_function / a custom collector), so they cost nothing between scrapes.
 
-Names follow BookKeeper's stats where it has one, with a `bookie_` prefix:
-  bookie_add_entry_total{status}            adds answered, by status (OK or the v2 rc name, e.g. EREADONLY)
-  bookie_add_entry_latency_seconds          add: bookie accepted the decoded request -> ack handed to the writer
-  bookie_read_entry_total{status}           entry reads, by status
-  bookie_read_entry_latency_seconds         successful entry reads
-  bookie_journal_queue_size                 records queued for the journal thread
-  bookie_journal_batch_total, bookie_journal_sync_total, bookie_journal_records_total,
-  bookie_journal_bytes_total                from the Journal's own counters, at scrape time
-  bookie_journal_sync_latency_seconds       write + fdatasync of one synced journal batch
-  bookie_write_cache_size_bytes             bytes in the DbLedgerStorage write caches
-  bookie_read_only                          1 when the bookie refuses normal adds
-  bookie_connections                        open client connections
-  bookie_pending_adds                       adds accepted and not yet answered
-  bookie_gc_*_total, bookie_gc_last_run_timestamp_seconds, bookie_{minor,major}_compaction_last_timestamp_seconds,
-  bookie_entry_log_{live,total}_bytes       garbage collection and compaction, from the collector's state
+bkfast's own metrics, named `bkfast_*` so that none clashes with a Java name (Java's are bkfast.stats'):
+  bkfast_add_entry_total{status}            adds answered, by status (OK or the v2 rc name, e.g. EREADONLY)
+  bkfast_add_entry_latency_seconds          add: bookie accepted the decoded request -> ack handed to the writer
+  bkfast_read_entry_total{status}           entry reads, by status
+  bkfast_read_entry_latency_seconds         successful entry reads
+  bkfast_journal_queue_size                 records queued for the journal thread
+  bkfast_journal_batch_total, bkfast_journal_sync_total, bkfast_journal_records_total,
+  bkfast_journal_bytes_total                from the Journal's own counters, at scrape time
+  bkfast_journal_sync_latency_seconds       write + fdatasync of one synced journal batch
+  bkfast_write_cache_size_bytes             bytes in the DbLedgerStorage write caches
+  bkfast_read_only                          1 when the bookie refuses normal adds
+  bkfast_connections                        open client connections
+  bkfast_pending_adds                       adds accepted and not yet answered
+  bkfast_gc_*_total, bkfast_gc_last_run_timestamp_seconds, bkfast_{minor,major}_compaction_last_timestamp_seconds,
+  bkfast_entry_log_{live,total}_bytes       garbage collection and compaction, from the collector's state
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ class _JournalCollector:
     def collect(self):
         journal = self.bookie.journal
         values = (
-            ("bookie_journal_batch", "Journal batches written (one write call each)", "batch_count"),
-            ("bookie_journal_sync", "Journal batch fdatasyncs", "sync_count"),
-            ("bookie_journal_records", "Journal records written", "records_written"),
-            ("bookie_journal_bytes", "Journal bytes written (records, lengths, padding)", "bytes_written"),
+            ("bkfast_journal_batch", "Journal batches written (one write call each)", "batch_count"),
+            ("bkfast_journal_sync", "Journal batch fdatasyncs", "sync_count"),
+            ("bkfast_journal_records", "Journal records written", "records_written"),
+            ("bkfast_journal_bytes", "Journal bytes written (records, lengths, padding)", "bytes_written"),
         )
         for name, doc, attr in values:
             family = CounterMetricFamily(name, doc)
@@ -82,31 +82,31 @@ class _GcCollector:
             return
         state = gc.state()
         for name, doc, key in (
-            ("bookie_gc_cycles", "Garbage collection cycles run", "cycles"),
-            ("bookie_gc_ledgers_deleted", "Ledgers dropped because their metadata is gone", "ledgers_deleted"),
-            ("bookie_gc_entry_logs_deleted", "Entry logs deleted (no live data, or compacted)", "logs_deleted"),
-            ("bookie_gc_entry_logs_compacted", "Entry logs compacted", "logs_compacted"),
-            ("bookie_gc_entries_copied", "Live entries copied by compaction", "entries_copied"),
-            ("bookie_gc_bytes_reclaimed", "Entry log bytes reclaimed", "bytes_reclaimed"),
+            ("bkfast_gc_cycles", "Garbage collection cycles run", "cycles"),
+            ("bkfast_gc_ledgers_deleted", "Ledgers dropped because their metadata is gone", "ledgers_deleted"),
+            ("bkfast_gc_entry_logs_deleted", "Entry logs deleted (no live data, or compacted)", "logs_deleted"),
+            ("bkfast_gc_entry_logs_compacted", "Entry logs compacted", "logs_compacted"),
+            ("bkfast_gc_entries_copied", "Live entries copied by compaction", "entries_copied"),
+            ("bkfast_gc_bytes_reclaimed", "Entry log bytes reclaimed", "bytes_reclaimed"),
         ):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], float(state.get(key) or 0))
             yield family
         for name, doc, key in (
-            ("bookie_gc_last_run_timestamp_seconds", "When the last GC cycle ended (0: never)", "last_gc_time"),
-            ("bookie_minor_compaction_last_timestamp_seconds", "Last minor compaction (0: never)",
+            ("bkfast_gc_last_run_timestamp_seconds", "When the last GC cycle ended (0: never)", "last_gc_time"),
+            ("bkfast_minor_compaction_last_timestamp_seconds", "Last minor compaction (0: never)",
              "last_minor_compaction_time"),
-            ("bookie_major_compaction_last_timestamp_seconds", "Last major compaction (0: never)",
+            ("bkfast_major_compaction_last_timestamp_seconds", "Last major compaction (0: never)",
              "last_major_compaction_time"),
         ):
             family = GaugeMetricFamily(name, doc)
             family.add_metric([], float(state.get(key) or 0))
             yield family
         logs = state.get("logs") or []
-        live = GaugeMetricFamily("bookie_entry_log_live_bytes", "Live bytes in entry logs (as of the last GC)")
+        live = GaugeMetricFamily("bkfast_entry_log_live_bytes", "Live bytes in entry logs (as of the last GC)")
         live.add_metric([], float(sum(entry["live_bytes"] for entry in logs)))
         yield live
-        total = GaugeMetricFamily("bookie_entry_log_total_bytes", "Bytes in entry logs (as of the last GC)")
+        total = GaugeMetricFamily("bkfast_entry_log_total_bytes", "Bytes in entry logs (as of the last GC)")
         total.add_metric([], float(sum(entry["total_bytes"] for entry in logs)))
         yield total
 
@@ -118,15 +118,15 @@ class BookieMetrics:
         self.registry = registry = registry if registry is not None else CollectorRegistry()
         self.bookie = bookie
         self.factory = factory
-        self.add_total = Counter("bookie_add_entry", "addEntry requests answered, by status",
+        self.add_total = Counter("bkfast_add_entry", "addEntry requests answered, by status",
                                  ["status"], registry=registry)
-        self.read_total = Counter("bookie_read_entry", "Entry reads, by status", ["status"], registry=registry)
-        self.add_latency = Histogram("bookie_add_entry_latency_seconds",
+        self.read_total = Counter("bkfast_read_entry", "Entry reads, by status", ["status"], registry=registry)
+        self.add_latency = Histogram("bkfast_add_entry_latency_seconds",
                                      "Successful adds: request accepted to acknowledgement",
                                      buckets=LATENCY_BUCKETS, registry=registry)
-        self.read_latency = Histogram("bookie_read_entry_latency_seconds", "Successful entry reads",
+        self.read_latency = Histogram("bkfast_read_entry_latency_seconds", "Successful entry reads",
                                       buckets=LATENCY_BUCKETS, registry=registry)
-        self.journal_sync_latency = Histogram("bookie_journal_sync_latency_seconds",
+        self.journal_sync_latency = Histogram("bkfast_journal_sync_latency_seconds",
                                               "Write + fdatasync of one synced journal batch",
                                               buckets=SYNC_BUCKETS, registry=registry)
         # Cached children: the hot paths never call .labels().
@@ -138,15 +138,15 @@ class BookieMetrics:
         self._read_latency_observe = self.read_latency.observe
         self.journal_sync_observe = self.journal_sync_latency.observe
 
-        Gauge("bookie_journal_queue_size", "Records queued for the journal thread",
+        Gauge("bkfast_journal_queue_size", "Records queued for the journal thread",
               registry=registry).set_function(self._journal_queue)
-        Gauge("bookie_write_cache_size_bytes", "Bytes held in the write caches",
+        Gauge("bkfast_write_cache_size_bytes", "Bytes held in the write caches",
               registry=registry).set_function(self._write_cache_size)
-        Gauge("bookie_read_only", "1 when the bookie is read-only",
+        Gauge("bkfast_read_only", "1 when the bookie is read-only",
               registry=registry).set_function(lambda: 1.0 if self.bookie.read_only else 0.0)
-        Gauge("bookie_connections", "Open client connections",
+        Gauge("bkfast_connections", "Open client connections",
               registry=registry).set_function(lambda: len(self.factory.connections) if self.factory else 0)
-        Gauge("bookie_pending_adds", "Adds accepted and not yet answered",
+        Gauge("bkfast_pending_adds", "Adds accepted and not yet answered",
               registry=registry).set_function(lambda: self.factory.pending_adds if self.factory else 0)
         registry.register(_JournalCollector(bookie))
         registry.register(_GcCollector(bookie))

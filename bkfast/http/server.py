@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.internet import defer, threads
@@ -47,6 +48,8 @@ class AdminContext:
         self.factory = factory
         self.meta = meta
         self.metrics = metrics
+        # The whole scrape (bkfast.stats.StatsProvider.text: Java's stats, bkfast's, the process's)
+        self.render_metrics: Callable[[], str] | None = None
         self.autorecovery = None            # the AutoRecoveryDaemon when autoRecoveryDaemonEnabled
         self.shutting_down = False
 
@@ -86,18 +89,18 @@ class _Leaf(resource.Resource):
 
 
 class MetricsResource(resource.Resource):
-    """Prometheus' text exposition of `registry`, made in a pool thread admitted by `gate`."""
+    """Prometheus' text exposition (`render()`: the text), made in a pool thread admitted by `gate`."""
 
     isLeaf = True
 
-    def __init__(self, registry, gate: AdmissionGate):
+    def __init__(self, render: Callable[[], str], gate: AdmissionGate):
         super().__init__()
-        self.registry = registry
+        self.render_text = render
         self.gate = gate
 
     def render_GET(self, request):
         try:
-            d = self.gate.run(generate_latest, self.registry)
+            d = self.gate.run(lambda: self.render_text().encode())
         except AdminBusyError as err:
             request.setHeader(b"Retry-After", b"1")
             return _error(request, 503, f"metrics busy, retry later: {err}")
@@ -235,7 +238,8 @@ def build_site(ctx: AdminContext, security=None) -> server.Site:
         # of scrapes must not take the reactor (an exposition costs ~1-2 ms of Python).
         gate = AdmissionGate(reactor, concurrency=1, max_queued=16, busy_share=0.05)
         reactor.addSystemEventTrigger("before", "shutdown", gate.stop)
-        root.putChild(b"metrics", MetricsResource(ctx.metrics.registry, gate))
+        render = ctx.render_metrics or (lambda: generate_latest(ctx.metrics.registry).decode())
+        root.putChild(b"metrics", MetricsResource(render, gate))
     api = resource.Resource()
     v1 = resource.Resource()
     bookie = resource.Resource()

@@ -1,13 +1,13 @@
 """AutoRecovery counters and their Prometheus collector (shown on the bookie's `/metrics`).
 
-  bookie_replication_marked_ledgers_total        marks written by this process's auditor
-  bookie_replication_replicated_ledgers_total    marks this worker resolved (copied, or nothing was left to copy)
-  bookie_replication_failed_ledgers_total        worker passes that failed (lock released, retried later)
-  bookie_replication_unrecoverable_ledgers_total ledgers whose entries no surviving replica holds (reported once)
-  bookie_replication_entries_copied_total, bookie_replication_bytes_copied_total
-  bookie_replication_rate_bytes_per_second       copy rate of the last ledger the worker copied
-  bookie_replication_auditor_elections_total     times this process became the auditor
-  bookie_replication_is_auditor                  1 while this process is the auditor
+  bkfast_replication_marked_ledgers_total        marks written by this process's auditor
+  bkfast_replication_replicated_ledgers_total    marks this worker resolved (copied, or nothing was left to copy)
+  bkfast_replication_failed_ledgers_total        worker passes that failed (lock released, retried later)
+  bkfast_replication_unrecoverable_ledgers_total ledgers whose entries no surviving replica holds (reported once)
+  bkfast_replication_entries_copied_total, bkfast_replication_bytes_copied_total
+  bkfast_replication_rate_bytes_per_second       copy rate of the last ledger the worker copied
+  bkfast_replication_auditor_elections_total     times this process became the auditor
+  bkfast_replication_is_auditor                  1 while this process is the auditor
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ class ReplicationCollector:
     """A prometheus_client collector reading a ReplicationStats at scrape time."""
 
     _COUNTERS = (
-        ("bookie_replication_marked_ledgers", "Under-replication marks written by the auditor", "marked_ledgers"),
-        ("bookie_replication_replicated_ledgers", "Under-replicated ledgers resolved by the worker",
+        ("bkfast_replication_marked_ledgers", "Under-replication marks written by the auditor", "marked_ledgers"),
+        ("bkfast_replication_replicated_ledgers", "Under-replicated ledgers resolved by the worker",
          "replicated_ledgers"),
-        ("bookie_replication_failed_ledgers", "Failed re-replication passes", "failed_ledgers"),
-        ("bookie_replication_unrecoverable_ledgers", "Ledgers with entries no replica holds",
+        ("bkfast_replication_failed_ledgers", "Failed re-replication passes", "failed_ledgers"),
+        ("bkfast_replication_unrecoverable_ledgers", "Ledgers with entries no replica holds",
          "unrecoverable_ledgers"),
-        ("bookie_replication_entries_copied", "Entries copied by re-replication", "entries_copied"),
-        ("bookie_replication_bytes_copied", "Bytes copied by re-replication", "bytes_copied"),
-        ("bookie_replication_auditor_elections", "Times this process became the auditor", "auditor_elections"),
+        ("bkfast_replication_entries_copied", "Entries copied by re-replication", "entries_copied"),
+        ("bkfast_replication_bytes_copied", "Bytes copied by re-replication", "bytes_copied"),
+        ("bkfast_replication_auditor_elections", "Times this process became the auditor", "auditor_elections"),
     )
 
     def __init__(self, stats: ReplicationStats):
@@ -67,9 +67,9 @@ class ReplicationCollector:
             family = CounterMetricFamily(name, doc)
             family.add_metric([], getattr(self.stats, attr))
             yield family
-        rate = GaugeMetricFamily("bookie_replication_rate_bytes_per_second", "Copy rate of the last ledger copied")
+        rate = GaugeMetricFamily("bkfast_replication_rate_bytes_per_second", "Copy rate of the last ledger copied")
         rate.add_metric([], self.stats.rate_bytes_per_second)
         yield rate
-        auditor = GaugeMetricFamily("bookie_replication_is_auditor", "1 while this process is the auditor")
+        auditor = GaugeMetricFamily("bkfast_replication_is_auditor", "1 while this process is the auditor")
         auditor.add_metric([], 1.0 if self.stats.is_auditor else 0.0)
         yield auditor

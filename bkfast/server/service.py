@@ -38,6 +38,7 @@ from pathlib import Path
 from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.errors import ConfigurationError
 from bkfast.ids import BookieAddress, bookie_address
+from bkfast.stats import StatsProvider
 
 from .metadata import MetadataSession
 
@@ -185,6 +186,9 @@ class BookieService:
         self.address = None                 # the listening address (.host, .port) once started
         self.metrics = None
         self.http_port = None
+        self.stats = StatsProvider.from_conf(conf)
+        self.stats_port = None              # the Prometheus /metrics listener (prometheusStatsHttpPort)
+        self.registered = False             # bookie_SERVER_STATUS: -1 until the registration is written
         self.admin = None
         self.security = None
         self.autorecovery = None
@@ -213,6 +217,7 @@ class BookieService:
                 self.meta.prepare_registration(self.bookie_id, self.bookie_address.host, conf.get("bookiePort"),
                                                tls=self.security is not None and self.security.tls is not None)
             self._listen()
+            self._start_metrics()
             if conf.get("httpServerEnabled"):
                 self._start_http()
         finally:
@@ -262,14 +267,18 @@ class BookieService:
         self._sockets["bookie"] = sock = bind_socket(bind_host, conf.get("bookiePort"), "bookiePort")
         if conf.get("bookiePort") == 0:
             conf.set("bookiePort", sock.getsockname()[1])   # the id, and so the cookie, name the real port
-        if conf.get("httpServerEnabled"):
-            try:
+        try:
+            if conf.get("httpServerEnabled"):
                 http_host = conf.get("httpServerHost") or bind_host
                 self._sockets["http"] = bind_socket(http_host, conf.get("httpServerPort"), "httpServerPort")
-            except BaseException:
-                sock.close()
-                self._sockets.clear()
-                raise
+            if self.stats.serves_http and conf.get("prometheusStatsHttpEnable"):
+                self._sockets["stats"] = bind_socket(conf.get("prometheusStatsHttpAddress"),
+                                                     conf.get("prometheusStatsHttpPort"), "prometheusStatsHttpPort")
+        except BaseException:
+            for bound in self._sockets.values():
+                bound.close()
+            self._sockets.clear()
+            raise
         self.bookie_address = bookie_address(conf)
         self.bookie_id = self.bookie_address.bookie_id
 
@@ -288,7 +297,8 @@ class BookieService:
                 lambda f: log.error("metadata driver for garbage collection did not start: %s", f.value)))
             reactor.addSystemEventTrigger("before", "shutdown", driver.close)
             self.driver = driver
-        self.bookie = Bookie(self.conf, dispatcher=make_dispatcher(reactor), ledger_exists_source=self.driver)
+        self.bookie = Bookie(self.conf, dispatcher=make_dispatcher(reactor), ledger_exists_source=self.driver,
+                             stats=self.stats.logger())
         self.bookie.start()
         self.bookie.read_only = self.conf.get("forceReadOnlyBookie")
 
@@ -300,16 +310,46 @@ class BookieService:
                               self.conf.listen_backlog)
         self.address = self.port.getHost()
 
-    def _start_http(self) -> None:
+    def server_status(self) -> int:
+        """bookie_SERVER_STATUS as Java's: 1 registered and writable, 0 read-only, -1 not registered."""
+        if self.meta is not None and not self.registered:
+            return -1
+        return 0 if self.bookie.read_only else 1
+
+    def _start_metrics(self) -> None:
+        """bkfast's own metrics (BookieMetrics, `bkfast_*`) when anything serves metrics, the rollover of the
+        latency windows, and the Prometheus /metrics port."""
+        if not (self.stats.enabled or self.conf.get("httpServerEnabled")):
+            return
+        from twisted.internet import task
+
         from bkfast.http.metrics import BookieMetrics
-        from bkfast.http.server import AdminContext, start_http_server
 
         self.metrics = BookieMetrics(self.bookie, self.factory)
-        # The Bookie and its Journal report to the metrics through these hooks (None: one check per op).
+        self.stats.add_extra(self.metrics.registry)
+        # The Bookie and its Journal report to bkfast's metrics through these hooks (None: one check per op).
         self.bookie.metrics = self.metrics
         if self.bookie.journal is not None:
             self.bookie.journal.sync_latency_observer = self.metrics.journal_sync_observe
+        self.stats.logger("bookie").gauge("SERVER_STATUS", self.server_status)
+        if self.stats.enabled:
+            rollover = task.LoopingCall(self.stats.rollover)
+            rollover.clock = self.reactor
+            rollover.start(self.stats.rollover_seconds, now=False)
+            self.reactor.addSystemEventTrigger("before", "shutdown", lambda: rollover.running and rollover.stop())
+        sock = self._sockets.pop("stats", None)
+        if sock is not None:
+            from bkfast.http.stats_endpoint import listen_stats
+
+            self.stats_port = listen_stats(self.reactor, sock, self.stats)
+            bound = self.stats_port.getHost()
+            log.info("Prometheus metrics on http://%s:%d/metrics", bound.host, bound.port)
+
+    def _start_http(self) -> None:
+        from bkfast.http.server import AdminContext, start_http_server
+
         self.admin = AdminContext(self.bookie, self.factory, self.meta, self.metrics)
+        self.admin.render_metrics = self.stats.text
         self.http_port = start_http_server(self.reactor, self.conf, self.admin, sock=self._sockets.pop("http"))
 
     def _register(self) -> None:
@@ -317,6 +357,7 @@ class BookieService:
 
         meta, node, bid = self.meta, self.bookie, self.bookie_id
         meta.register(node.read_only)
+        self.registered = True
 
         def sync_registration(_read_only=None):
             # Run in a pool thread (the ZooKeeper move blocks). A move that fails while ZooKeeper is
@@ -381,6 +422,8 @@ class BookieService:
             self.admin.shutting_down = True
         if self.http_port is not None:
             self.http_port.stopListening()
+        if self.stats_port is not None:
+            self.stats_port.stopListening()
         d = self.port.stopListening()
         deadline = reactor.seconds() + DRAIN_TIMEOUT_S
 
@@ -418,6 +461,7 @@ class BookieService:
     def close(self) -> None:
         """After the reactor stopped: unregister and end the metadata session, then stop the Bookie."""
         if self.meta is not None:
+            self.registered = False
             self.meta.close()
         if self.bookie is not None:
             self.bookie.stop()
