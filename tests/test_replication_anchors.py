@@ -349,7 +349,7 @@ def test_3220_empty_closed_ledger_and_4872_lost_only_replica(cluster, bk, caplog
     assert len(errors) == 1 and f"ledger {single} " in errors[0] and "entries 0-11" in errors[0]
     assert stats.unrecoverable_ledgers == 1
     scraped = {m.name: m.samples[0].value for m in ReplicationCollector(stats).collect()}
-    assert scraped["bookie_replication_unrecoverable_ledgers"] == 1
+    assert scraped["bkfast_replication_unrecoverable_ledgers"] == 1
     assert victim.bookie_id in bk.get_ledger_metadata(single).all_bookies   # never pointed at an empty bookie
 
     # 3905: E = every bookie left, so no replacement: the pass fails, the lock is released, the mark stays

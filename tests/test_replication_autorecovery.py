@@ -59,7 +59,7 @@ def _wait(what, predicate, timeout=120.0, step=0.25):
 
 
 def _metrics(bookie) -> dict[str, float]:
-    """The bookie_replication_* samples of a bookie's /metrics."""
+    """The bkfast_replication_* samples of a bookie's /metrics."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port(bookie)}/metrics", timeout=10).read().decode()
     return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
             if line.startswith("bkfast_replication_")}
