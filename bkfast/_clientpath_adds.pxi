@@ -86,6 +86,11 @@ cdef class AddTracker:
     cdef public list channels          # position -> ChannelCore or None
     cdef public double timeout         # s; 0 = never
     cdef public object resolve, slow_send, make_frame, on_error, on_drained
+    # enforceMinNumFaultDomainsForWrite: `domains[position]` is the fault domain (rack, zone) number of each
+    # position (< 64), and an add completes once its acks come from `min_domains` domains, or from its whole
+    # write set (no more acks can come). None / 0: AQ acks complete an add.
+    cdef public object domains
+    cdef public int min_domains
 
     def __init__(self, int ensemble_size, int write_quorum, int ack_quorum, int64_t lac, int64_t confirmed_length,
                  bint fast, bint sorted_insert, double timeout, resolve, slow_send, make_frame, on_error,
@@ -112,6 +117,8 @@ cdef class AddTracker:
         self.make_frame = make_frame
         self.on_error = on_error
         self.on_drained = on_drained
+        self.domains = None
+        self.min_domains = 0
 
     def push(self, PendingAdd pending):
         """Queue `pending` (in entry order) and send it unless an ensemble change holds sends back."""
@@ -159,6 +166,24 @@ cdef class AddTracker:
                     continue
             self.slow_send(pending, position)
 
+    cdef bint _acked_enough(self, PendingAdd p):
+        cdef int e = self.ensemble_size
+        cdef int base, w, position
+        cdef uint64_t write_set = 0, seen = 0
+        if _popcount(p.acked) < self.ack_quorum:
+            return False
+        if self.min_domains <= 1 or self.domains is None:
+            return True
+        base = <int>(p.entry_id % e)
+        for w in range(self.write_quorum):
+            write_set |= (<uint64_t>1) << ((base + w) % e)
+        if (p.acked & write_set) == write_set:
+            return True
+        for position in range(e):
+            if p.acked & ((<uint64_t>1) << position):
+                seen |= (<uint64_t>1) << (<int>self.domains[position] & 63)
+        return _popcount(seen) >= self.min_domains
+
     cpdef on_ack(self, int position, int64_t entry_id, int rc):
         cdef PendingAdd p = self.by_entry.get(entry_id)
         cdef uint64_t bit = (<uint64_t>1) << position
@@ -168,7 +193,7 @@ cdef class AddTracker:
             self.on_error(position, entry_id, rc)
             return
         p.acked |= bit
-        if not p.done and _popcount(p.acked) >= self.ack_quorum:
+        if not p.done and self._acked_enough(p):
             p.done = True
             if not self.holding and p is self.pending[0]:
                 self.drain()
@@ -228,7 +253,7 @@ cdef class AddTracker:
             p.acked &= ~positions
             p.sent &= ~positions
             p.reported &= ~positions
-            if p.done and _popcount(p.acked) < self.ack_quorum:
+            if p.done and not self._acked_enough(p):
                 p.done = False
 
     def expired(self, double now):

@@ -26,6 +26,7 @@ from bkfast.conf_keys import (  # the key table; re-exported: bkfast.conf is whe
     CLIENT_KEYS,
     COMMON_KEYS,
     DEFAULT_DB_STORAGE_CACHE_MB,
+    PLACEMENT_KEYS,
     SERVER_KEYS,
     TLS_KEYS,
     Key,
@@ -38,6 +39,7 @@ from bkfast.errors import ConfigurationError
 __all__ = [
     "CLIENT_KEYS",
     "COMMON_KEYS",
+    "PLACEMENT_KEYS",
     "SERVER_KEYS",
     "TLS_KEYS",
     "ClientConfiguration",
@@ -437,7 +439,31 @@ def log_unknown_keys(conf: Configuration, logger: logging.Logger | None = None) 
     return suggestions
 
 
-class ServerConfiguration(Configuration):
+class _PlacementSettings:
+    """Accessors of the placement keys (PLACEMENT_KEYS), which clients and bookies (AutoRecovery) both read."""
+
+    ensemble_placement_policy = _Setting("ensemblePlacementPolicy")
+    repp_dns_resolver_class = _Setting("reppDnsResolverClass")
+    network_topology_script_file_name = _Setting("networkTopologyScriptFileName")
+    network_topology_script_number_args = _Setting("networkTopologyScriptNumberArgs")
+    min_num_racks_per_write_quorum = _Setting("minNumRacksPerWriteQuorum")
+    enforce_min_num_racks_per_write_quorum = _Setting("enforceMinNumRacksPerWriteQuorum")
+    enforce_min_num_fault_domains_for_write = _Setting("enforceMinNumFaultDomainsForWrite")
+    ignore_local_node_in_placement_policy = _Setting("ignoreLocalNodeInPlacementPolicy")
+    repp_regions_to_write = _Setting("reppRegionsToWrite")
+    repp_minimum_regions_for_durability = _Setting("reppMinimumRegionsForDurability")
+    repp_enable_durability_enforcement_in_replace = _Setting("reppEnableDurabilityEnforcementInReplace")
+    min_num_zones_per_write_quorum = _Setting("minNumZonesPerWriteQuorum")
+    desired_num_zones_per_write_quorum = _Setting("desiredNumZonesPerWriteQuorum")
+    enforce_strict_zoneaware_placement = _Setting("enforceStrictZoneawarePlacement")
+    reorder_read_sequence_enabled = _Setting("reorderReadSequenceEnabled")
+    disk_weight_based_placement_enabled = _Setting("diskWeightBasedPlacementEnabled")
+    bookie_max_weight_multiple_for_weight_based_placement = _Setting("bookieMaxWeightMultipleForWeightBasedPlacement")
+    get_bookie_info_interval_s = _Setting("getBookieInfoIntervalSeconds")
+    get_bookie_info_retry_interval_s = _Setting("getBookieInfoRetryIntervalSeconds")
+
+
+class ServerConfiguration(_PlacementSettings, Configuration):
     """A bookie's configuration (BookKeeper's ServerConfiguration)."""
 
     KEYS = COMMON_KEYS + SERVER_KEYS
@@ -522,6 +548,7 @@ class ServerConfiguration(Configuration):
         "auditorPeriodicPlacementPolicyCheckInterval"
     )
     auditor_periodic_replicas_check_interval_s = _Setting("auditorPeriodicReplicasCheckInterval")
+    repaired_placement_policy_not_adhering_bookie_enable = _Setting("repairedPlacementPolicyNotAdheringBookieEnable")
     auditor_ledger_verification_percentage = _Setting("auditorLedgerVerificationPercentage")
     lost_bookie_recovery_delay_s = _Setting("lostBookieRecoveryDelay")
     rw_rereplicate_backoff_ms = _Setting("rwRereplicateBackoffMs")
@@ -549,6 +576,12 @@ class ServerConfiguration(Configuration):
     # Operations
     http_server_enabled = _Setting("httpServerEnabled")
     http_server_port = _Setting("httpServerPort")
+    enable_statistics = _Setting("enableStatistics")
+    stats_provider_class = _Setting("statsProviderClass")
+    prometheus_stats_http_enable = _Setting("prometheusStatsHttpEnable")
+    prometheus_stats_http_address = _Setting("prometheusStatsHttpAddress")
+    prometheus_stats_http_port = _Setting("prometheusStatsHttpPort")
+    prometheus_stats_latency_rollover_seconds = _Setting("prometheusStatsLatencyRolloverSeconds")
     tls_provider_factory_class = _Setting("tlsProviderFactoryClass")
     tls_provider = _Setting("tlsProvider")
     tls_client_authentication = _Setting("tlsClientAuthentication")
@@ -661,7 +694,7 @@ class ServerConfiguration(Configuration):
         return problems
 
 
-class ClientConfiguration(Configuration):
+class ClientConfiguration(_PlacementSettings, Configuration):
     """A ledger client's configuration (BookKeeper's ClientConfiguration)."""
 
     KEYS = COMMON_KEYS + CLIENT_KEYS

@@ -125,7 +125,49 @@ TLS_KEYS: tuple[Key, ...] = (
         "Re-read changed key/cert/trust files for new connections this often, s; 0 = never", min=0),
 )
 
-SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
+# Ensemble placement (docs/placement.md): the same names on clients and on bookies, whose AutoRecovery picks
+# replacement bookies with them (Java builds that client's configuration from the server's).
+PLACEMENT_KEYS: tuple[Key, ...] = (
+    Key("ensemblePlacementPolicy", str, "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
+        "Placement policy (Java class name): Rackaware, RegionAware, Zoneaware or DefaultEnsemblePlacementPolicy"),
+    Key("reppDnsResolverClass", str, "org.apache.bookkeeper.net.ScriptBasedMapping",
+        "Where bookie locations come from: ScriptBasedMapping (networkTopologyScriptFileName), or Pulsar's "
+        "org.apache.pulsar.bookie.rackawareness.BookieRackAffinityMapping (the /bookies rack table)"),
+    Key("networkTopologyScriptFileName", str, None,
+        "Script that prints one /rack (or /region/rack, /zone/upgradedomain) per host name argument; "
+        "unset = every bookie in the default rack"),
+    Key("networkTopologyScriptNumberArgs", int, 100, "Host names passed to one run of the topology script",
+        min=1),
+    Key("minNumRacksPerWriteQuorum", int, 2, "Racks every write quorum should span (at most its size)", min=1),
+    Key("enforceMinNumRacksPerWriteQuorum", bool, False,
+        "Fail ledger creation and ensemble changes that cannot meet minNumRacksPerWriteQuorum (else fall back)"),
+    Key("enforceMinNumFaultDomainsForWrite", bool, False,
+        "Acknowledge an add only once its acknowledgements come from minNumRacksPerWriteQuorum racks"),
+    Key("ignoreLocalNodeInPlacementPolicy", bool, False,
+        "Do not prefer the client's own rack for the first bookie of an ensemble"),
+    Key("reppRegionsToWrite", str, None,
+        "Region-aware: the regions to place ledgers in, separated by ';'; unset = every region with bookies"),
+    Key("reppMinimumRegionsForDurability", int, 2,
+        "Region-aware: an acknowledged entry is on at least this many regions", min=0),
+    Key("reppEnableDurabilityEnforcementInReplace", bool, True,
+        "Region-aware: keep reppMinimumRegionsForDurability when replacing a bookie"),
+    Key("minNumZonesPerWriteQuorum", int, 2, "Zone-aware: zones every write quorum must span", min=1),
+    Key("desiredNumZonesPerWriteQuorum", int, 3, "Zone-aware: zones every write quorum should span", min=1),
+    Key("enforceStrictZoneawarePlacement", bool, True,
+        "Zone-aware: refuse placements below minNumZonesPerWriteQuorum (and bookies in the default zone)"),
+    Key("reorderReadSequenceEnabled", bool, False,
+        "Read from bookies of the client's own rack/region first, read-only, slow and gone bookies last"),
+    Key("diskWeightBasedPlacementEnabled", bool, False,
+        "Choose bookies with a probability by their free disk space (from GET_BOOKIE_INFO)"),
+    Key("bookieMaxWeightMultipleForWeightBasedPlacement", int, 3,
+        "A bookie's disk weight is at most this multiple of the median weight; <= 0 = no cap"),
+    Key("getBookieInfoIntervalSeconds", int, 86400,
+        "With diskWeightBasedPlacementEnabled, ask the bookies their free space this often, s", min=1),
+    Key("getBookieInfoRetryIntervalSeconds", int, 60,
+        "With diskWeightBasedPlacementEnabled, ask again this soon after a bookie did not answer, s", min=1),
+)
+
+SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + PLACEMENT_KEYS + (
     Key("bookieAuthProviderFactoryClass", str, None,
         "org.apache.bookkeeper.tls.BookieAuthZFactory: only clients whose certificate OU names a role of "
         "authorizedRoles may use the bookie; unset = no authentication"),
@@ -241,6 +283,8 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
     Key("auditorPeriodicBookieCheckInterval", int, 86400, "Auditor bookie check interval, s; 0 = off", min=0),
     Key("auditorPeriodicPlacementPolicyCheckInterval", int, 0, "Auditor placement check interval, s; 0 = off",
         min=0),
+    Key("repairedPlacementPolicyNotAdheringBookieEnable", bool, False,
+        "The placement check marks ledgers that break the placement policy; workers move replicas to fix them"),
     Key("auditorPeriodicReplicasCheckInterval", int, 0, "Auditor replicas check interval, s; 0 = off", min=0),
     Key("auditorLedgerVerificationPercentage", int, 0, "Percent of a fragment's entries the auditor reads",
         min=0, max=100),
@@ -314,9 +358,20 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + (
         "bkfast: the share of time the admin API's handlers may be busy on average (wall time, summed over "
         "those running at once); a request that ran longer delays the next one accordingly",
         min=0.01, max=64.0),
+    Key("enableStatistics", bool, True, "Record stats (off: the stats provider records nothing)"),
+    Key("statsProviderClass", str, "org.apache.bookkeeper.stats.NullStatsProvider",
+        "Stats provider: org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider serves Java's "
+        "metric names on prometheusStatsHttpPort (set in conf/bk_server.conf, as Pulsar's conf does); "
+        "NullStatsProvider records nothing"),
+    Key("prometheusStatsHttpEnable", bool, True, "Serve /metrics on prometheusStatsHttpPort (Prometheus provider)"),
+    Key("prometheusStatsHttpAddress", str, "0.0.0.0", "Bind address of the Prometheus /metrics port"),
+    Key("prometheusStatsHttpPort", int, 8000, "Port of the Prometheus /metrics endpoint (0: the kernel picks)",
+        min=0, max=65535),
+    Key("prometheusStatsLatencyRolloverSeconds", int, 60,
+        "Latency quantiles are those of the last window of this many seconds", min=1, max=86400),
 )
 
-CLIENT_KEYS: tuple[Key, ...] = TLS_KEYS + (
+CLIENT_KEYS: tuple[Key, ...] = TLS_KEYS + PLACEMENT_KEYS + (
     Key("tlsHostnameVerificationEnabled", bool, False,
         "Check that the bookie's certificate names the address connected to"),
     Key("startTLSTimeoutSecs", int, 10, "Time for START_TLS and the TLS handshake, s", min=1),

@@ -185,6 +185,11 @@ class BKNotEnoughBookiesException(BKError):
     code = ClientCode.NotEnoughBookiesException
 
 
+class PlacementPolicyError(BKNotEnoughBookiesException):
+    """No ensemble of the available bookies meets the enforced placement policy (racks, regions or zones
+    per write quorum); Java reports it as BKNotEnoughBookiesException, and so does its code."""
+
+
 class BKBookieHandleNotAvailableException(BKError):
     """Bookie handle is not available."""
 

@@ -213,7 +213,9 @@ def test_every_shell_command_has_help_and_the_common_options():
                 "bookiesanity", "localconsistencycheck",
                 # recovery commands (issue 13)
                 "recover", "autorecovery", "listunderreplicated", "whoisauditor", "triggeraudit",
-                "lostbookierecoverydelay", "decommissionbookie"}
+                "lostbookierecoverydelay", "decommissionbookie",
+                # placement (issue 29)
+                "setbookierack", "getbookierack", "deletebookierack", "listbookieracks", "placementpolicycheck"}
     assert set(group.commands) == expected
     for name in sorted(expected):
         r = shell(name, "--help")

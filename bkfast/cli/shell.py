@@ -1,8 +1,9 @@
 """`bkfast shell`: BookKeeper's admin commands with its names — the cluster commands here, the ledger
-commands in shell_ledgers, a bookie's own files and cookies in shell_bookie. Every command takes --conf /
---metadata-uri, prints one line on an operator's mistake (exit 1; 2 for usage) and `--json` where it
-prints data. Every command but initnewcluster, metaformat and nukeexistingcluster refuses a root that is not a
-BookKeeper cluster. The work is done by bkfast.admin; this module only parses options and prints."""
+commands in shell_ledgers, a bookie's own files and cookies in shell_bookie, the bookie rack table and the
+placement check in shell_racks. Every command takes --conf / --metadata-uri, prints one line on an
+operator's mistake (exit 1; 2 for usage) and `--json` where it prints data. Every command but
+initnewcluster, metaformat and nukeexistingcluster refuses a root that is not a BookKeeper cluster. The work
+is done by bkfast.admin; this module only parses options and prints."""
 
 from __future__ import annotations
 
@@ -136,9 +137,9 @@ def clusterinfo(target, as_json):
 
 
 def _register() -> None:
-    from . import shell_bookie, shell_ledgers, shell_recovery
+    from . import shell_bookie, shell_ledgers, shell_racks, shell_recovery
 
-    for module in (shell_ledgers, shell_bookie, shell_recovery):
+    for module in (shell_ledgers, shell_bookie, shell_recovery, shell_racks):
         for command in module.COMMANDS:
             shell.add_command(command)
 

@@ -203,8 +203,8 @@ def zk_of(target: Target, cluster: bool = True) -> Iterator[tuple]:
 
 
 @contextlib.contextmanager
-def client_of(target: Target, timeout_s: float = 60.0) -> Iterator:
-    """A blocking ledger client on the target's metadata URI, closed on exit."""
+def client_of(target: Target, timeout_s: float = 60.0, **settings) -> Iterator:
+    """A blocking ledger client on the target's metadata URI (client keys in `settings`), closed on exit."""
     from bkfast import BookKeeper
 
     if target.metadata_uri.lower().startswith("embedded:"):
@@ -214,7 +214,7 @@ def client_of(target: Target, timeout_s: float = 60.0) -> Iterator:
         hosts, root, _layout = zk_target(target.metadata_uri)
         with zk_session(hosts, target.zk_timeout_s) as zk:
             require_cluster(zk, root, hosts)
-    bk = BookKeeper(target.metadata_uri, timeout=timeout_s)
+    bk = BookKeeper(target.metadata_uri, timeout=timeout_s, **settings)
     try:
         yield bk
     finally:

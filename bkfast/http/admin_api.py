@@ -15,6 +15,8 @@ root resource; the server that owns the site calls it once.
   GET     /api/v1/bookie/sanity             write/read a ledger on this bookie alone
   GET     /api/v1/bookie/cluster_info       bookie counts, auditor, under-replication
   GET|PUT /api/v1/bookie/gc/suspend_compaction, /api/v1/bookie/gc/resume_compaction
+  GET     /api/v1/bookie/racks_info       the bookie rack table (Pulsar's /bookies: group -> bookie -> rack)
+  GET|PUT|DELETE /api/v1/bookie/rack_info bookie=host:port; PUT {"rack", "group", "hostname"} (bkfast.admin.racks)
   /api/v1/autorecovery/...                  bkfast.http.autorecovery_api (install_all_admin_apis there)
 
 Unlike Java, a bad or missing parameter is 400 with {"error": message}, a missing ledger 404, a wrong
@@ -36,7 +38,7 @@ import threading
 from twisted.internet import defer
 from twisted.web import resource, server
 
-from bkfast.admin import bookie_files, bookie_ops, cluster, ledgers
+from bkfast.admin import bookie_files, bookie_ops, cluster, ledgers, racks
 from bkfast.admin.common import AdminError, LedgerRef, in_reactor, parse_id
 from bkfast.conf import client_settings_of, format_value, is_secret_key
 from bkfast.errors import (
@@ -341,6 +343,45 @@ def cluster_info(s: _Services, params, body):
     return {k: info[k] for k in _CLUSTER_INFO_KEYS}
 
 
+def racks_info(s: _Services, params, body):
+    zk, root = s.zk()
+    return racks.list_bookie_racks(zk, root)
+
+
+def _rack_bookie(params: dict) -> str:
+    bookie = params.get("bookie")
+    if not bookie:
+        raise _ApiError(400, "missing parameter bookie (host:port)")
+    return bookie
+
+
+def rack_info_get(s: _Services, params, body):
+    zk, root = s.zk()
+    return racks.get_bookie_rack(zk, root, _rack_bookie(params))
+
+
+def rack_info_put(s: _Services, params, body):
+    bookie = _rack_bookie(params)
+    values = _body_object(body) if body else {}
+    unknown = set(values) - {"rack", "group", "hostname"}
+    if unknown:
+        raise _ApiError(400, f"unknown fields {sorted(unknown)}: expected {{\"rack\", \"group\", \"hostname\"}}")
+    for key in ("rack", "group", "hostname"):
+        value = values.get(key, params.get(key))
+        if value is not None and not isinstance(value, str):
+            raise _ApiError(400, f"{key}: expected a string, got {value!r}")
+        values[key] = value
+    if not values["rack"]:
+        raise _ApiError(400, "missing rack (e.g. {\"rack\": \"/rack1\"})")
+    zk, root = s.zk()
+    return racks.set_bookie_rack(zk, root, bookie, values["rack"], values["group"], values["hostname"])
+
+
+def rack_info_delete(s: _Services, params, body):
+    zk, root = s.zk()
+    return racks.delete_bookie_rack(zk, root, _rack_bookie(params))
+
+
 def _gc(s: _Services):
     gc = getattr(s.context.bookie, "gc", None)
     if gc is None or not hasattr(gc, "suspended"):
@@ -397,6 +438,8 @@ ENDPOINTS: dict[str, dict[str, object]] = {
     "bookie/cluster_info": {"GET": cluster_info},
     "bookie/gc/suspend_compaction": {"GET": gc_status, "PUT": gc_suspend},
     "bookie/gc/resume_compaction": {"GET": gc_status, "PUT": gc_resume},
+    "bookie/racks_info": {"GET": racks_info},
+    "bookie/rack_info": {"GET": rack_info_get, "PUT": rack_info_put, "DELETE": rack_info_delete},
 }
 """Path under /api/v1/ -> {HTTP method: handler}."""
 

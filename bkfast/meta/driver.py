@@ -135,6 +135,14 @@ class MetadataDriver(abc.ABC):
     def unregister_bookie(self, bookie_id: str) -> Deferred:
         """Remove this driver's registration of `bookie_id`."""
 
+    def watch_rack_table(self, listener: Callable[[dict], None]) -> Cancel:
+        """listener(table) with Pulsar's bookie rack table (bkfast.meta.rack_table) now and on every change,
+        until cancelled. A store without one (embedded) delivers {} once."""
+        from twisted.internet import reactor
+
+        call = reactor.callLater(0, listener, {})
+        return lambda: call.cancel() if call.active() else None
+
     # --- named log streams (bkfast.meta.streams; implemented in bkfast.meta.stream_store) ------------
     @abc.abstractmethod
     def create_stream(self, metadata) -> Deferred:

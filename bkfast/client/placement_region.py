@@ -1,0 +1,179 @@
+"""BookKeeper's RegionAwareEnsemblePlacementPolicy: ensembles spread over regions so that every acknowledged
+entry is in several regions.
+
+A location is `/region/rack` (a one-level location is a region of its own, as in Java); bookies the topology
+does not place are in `/default-region/default-rack`. The regions written to are those of
+`reppRegionsToWrite` (';'-separated) when it is set, else every region with bookies. The rule (Java's
+RackOrRegionDurabilityCoverageSet), with m = reppMinimumRegionsForDurability > 1: in every write quorum, the
+m - 1 regions holding the most of its bookies hold at most A - 1 of them, so any A bookies that acknowledge
+an entry are in at least m regions. Java refuses, as bkfast does (BKIncorrectParameterException), an ack
+quorum below m or one that a region failure would leave unable to meet the rule (A <= W - W / m), and a
+`reppRegionsToWrite` naming fewer than m regions. The rule binds new ensembles always (PlacementPolicyError
+when the bookies' regions cannot meet it) and replacements when reppEnableDurabilityEnforcementInReplace is
+on (else a replacement only prefers it). Within the rule, each position prefers a region, then a rack, that
+the positions sharing a write quorum with it do not have; a replacement first tries the replaced bookie's
+rack (Java's replaceFromRack).
+
+Unlike Java 4.16, whose region-aware `isEnsembleAdheringToPlacementPolicy` always answers MEETS_STRICT (a
+TODO there), `adherence` here checks the rule, so the auditor's placement check sees region-aware ledgers
+that break it. Reads prefer bookies of the client's own region (reorderReadSequenceEnabled).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Mapping
+
+from bkfast.errors import BKIncorrectParameterException, ConfigurationError, PlacementPolicyError
+from bkfast.meta.driver import BookieInfo
+
+from .placement import Adherence, PlacementPolicy, write_quorums
+from .placement_rack import repair
+from .placement_search import Rules, fill
+from .topology import DEFAULT_REGION_AND_RACK, path_parts
+
+__all__ = ["RegionAwareEnsemblePlacementPolicy", "REGIONAWARE_POLICY", "region_of"]
+
+REGIONAWARE_POLICY = "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy"
+
+
+@functools.lru_cache(maxsize=65536)
+def region_of(location: str) -> str:
+    parts = path_parts(location)
+    return parts[0] if parts else ""
+
+
+def _rank(location: str, neighbours: list) -> int:
+    region = region_of(location)
+    if all(region_of(n) != region for n in neighbours):
+        return 0
+    return 1 if location not in neighbours else 2
+
+
+def _any_window(window: list) -> bool:
+    return True
+
+
+class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
+    """See the module docstring."""
+
+    name = REGIONAWARE_POLICY
+    default_location = DEFAULT_REGION_AND_RACK
+
+    def __init__(self, conf, topology=None, rng=None):
+        super().__init__(conf, topology, rng)
+        self.min_regions = conf.get("reppMinimumRegionsForDurability")
+        self.enforce_in_replace = conf.get("reppEnableDurabilityEnforcementInReplace")
+        text = conf.get("reppRegionsToWrite")
+        self.regions = [r.strip().strip("/") for r in text.split(";") if r.strip().strip("/")] if text else None
+        if self.regions is not None and len(self.regions) < self.min_regions:
+            raise ConfigurationError(f"reppRegionsToWrite names {len(self.regions)} regions ({text}), fewer than "
+                                     f"reppMinimumRegionsForDurability={self.min_regions}")
+        self.min_racks = conf.get("minNumRacksPerWriteQuorum")
+        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
+
+    def local_key(self, location: str) -> str:
+        return region_of(location)
+
+    def _in_regions(self, location: str) -> bool:
+        return region_of(location) in self.regions
+
+    def _index(self, writable, scope_id: int):
+        return self.candidates(writable, scope_id, self._in_regions if self.regions is not None else None)
+
+    def _durable(self, ack_quorum: int):
+        m = self.min_regions
+
+        def feasible(window: list) -> bool:
+            if m <= 1:
+                return True
+            counts: dict[str, int] = {}
+            open_positions = 0
+            for loc in window:
+                if loc is None:
+                    open_positions += 1
+                else:
+                    region = region_of(loc)
+                    counts[region] = counts.get(region, 0) + 1
+            ordered = sorted([*counts.values(), *[1] * open_positions], reverse=True)
+            return sum(ordered[:m - 1]) <= ack_quorum - 1
+
+        return feasible
+
+    def check_quorums(self, write_quorum: int, ack_quorum: int) -> None:
+        m = self.min_regions
+        if m <= 0:
+            return
+        if ack_quorum < m:
+            raise BKIncorrectParameterException(f"ack quorum {ack_quorum} is below reppMinimumRegionsForDurability="
+                                                f"{m}: an acknowledged entry could not be in {m} regions")
+        if ack_quorum <= write_quorum - write_quorum // m:
+            floor = write_quorum - write_quorum // m
+            raise BKIncorrectParameterException(
+                f"ack quorum {ack_quorum} with write quorum {write_quorum} cannot keep entries in {m} regions once "
+                f"a region is down (Java's rule: the ack quorum must be above W - W/m = {floor})")
+
+    def _fail(self, what: str, write_quorum: int, ack_quorum: int, index, used) -> Exception:
+        regions = sorted({region_of(index.loc[b]) for b in index.ids if b not in used})
+        return PlacementPolicyError(
+            f"{what}: no placement of W={write_quorum} A={ack_quorum} keeps every acknowledged entry in "
+            f"{self.min_regions} regions with the available bookies (regions: {', '.join(regions) or 'none'})")
+
+    def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
+                     ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
+        self.check_quorums(write_quorum, ack_quorum)
+        index = self._index(writable, scope_id)
+        used = set(excluded)
+        if len(index) - sum(1 for b in used if b in index.loc) < ensemble_size:
+            raise self.not_enough(ensemble_size, index, scope_id, used)
+        found = fill([None] * ensemble_size, [None] * ensemble_size, write_quorum, index,
+                     Rules(self._durable(ack_quorum), _rank, monotone=True), used, self.rng)
+        if found is None:
+            raise self._fail("new ensemble", write_quorum, ack_quorum, index, used)
+        return tuple(found)
+
+    def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
+                        ack_quorum: int, failed: Collection[str], scope_id: int = 0,
+                        excluded: Collection[str] = ()) -> tuple[str, ...]:
+        failed = set(failed)
+        if not failed & set(ensemble):
+            return tuple(ensemble)
+        index = self._index(writable, scope_id)
+        members = [None if b in failed else b for b in ensemble]
+        locations = [None if b is None else self.topology.location(b) for b in members]
+        prefer = {i: self.topology.location(b) for i, b in enumerate(ensemble) if b in failed}
+        used = set(ensemble) | failed | set(excluded)
+        rules = Rules(self._durable(ack_quorum), _rank, prefer, monotone=True)
+        found = fill(members, locations, write_quorum, index, rules, used, self.rng)
+        if found is None and self.enforce_in_replace and self.min_regions > 1:
+            raise self._fail("ensemble change", write_quorum, ack_quorum, index, used)
+        if found is None:
+            found = fill(members, locations, write_quorum, index, Rules(_any_window, _rank, prefer), used, self.rng)
+            if found is None:
+                raise self.not_enough(len(failed & set(ensemble)), index, scope_id, used)
+            self.fallbacks += 1
+            self.warn_once("fallback", "%s: a replacement could not keep entries in %d regions "
+                           "(reppEnableDurabilityEnforcementInReplace is off); using %s. This is logged once",
+                           self.name, self.min_regions, ",".join(found))
+        return tuple(found)
+
+    def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
+        feasible = self._durable(ack_quorum)
+        locations = [self.topology.location(b) for b in ensemble]
+        for window in write_quorums(len(ensemble), write_quorum):
+            if not feasible([locations[i] for i in window]):
+                return Adherence.FAIL
+        return Adherence.MEETS_STRICT
+
+    def replace_to_adhere(self, writable, ensemble, write_quorum, ack_quorum, scope_id=0, excluded=()):
+        if self.adherence(ensemble, write_quorum, ack_quorum) != Adherence.FAIL:
+            return tuple(ensemble)
+        return repair(self, ensemble, write_quorum, self._index(writable, scope_id), self._durable(ack_quorum),
+                      _rank, set(excluded))
+
+    def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
+        if not self.enforce_fault_domains:
+            return None
+        numbers: dict[str, int] = {}
+        domains = [numbers.setdefault(self.topology.location(b), len(numbers)) for b in ensemble]
+        return domains, min(write_quorum, self.min_racks)

@@ -1,0 +1,181 @@
+"""BookKeeper's ZoneawareEnsemblePlacementPolicy: write quorums over zones (cloud availability zones), and
+within a zone over upgrade domains (groups of bookies that are restarted together).
+
+A location is `/zone/upgradedomain`, exactly two levels; anything else, and bookies the topology does not
+place, is `/default-zone/default-upgradedomain`. The rule for each write quorum (W consecutive positions,
+wrapping): its bookies are in at least minNumZonesPerWriteQuorum zones (else FAIL), two of them in one zone
+are in different upgrade domains (else FAIL), and they should be in min(W, desiredNumZonesPerWriteQuorum)
+zones (else MEETS_SOFT). As Java does with enforceStrictZoneawarePlacement (the default): an ensemble size
+that is not a multiple of the write quorum, or a write quorum not above minNumZonesPerWriteQuorum, is refused
+(BKIncorrectParameterException: a wrapped write quorum would get fewer zones); bookies of the default zone are
+never chosen; a new ensemble or a replacement meets the desired zones if it can, else the minimum, else fails
+(PlacementPolicyError). Without it, the same preferences apply but the best spread found is used (logged
+once). Acknowledgements must come from min(W, minNumZonesPerWriteQuorum) zones with
+enforceMinNumFaultDomainsForWrite. Reads prefer the client's own zone.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Mapping
+
+from bkfast.errors import BKIncorrectParameterException, PlacementPolicyError
+from bkfast.meta.driver import BookieInfo
+
+from .placement import Adherence, PlacementPolicy, write_quorums
+from .placement_rack import repair
+from .placement_search import Rules, fill
+from .topology import DEFAULT_ZONE_AND_UPGRADE_DOMAIN, path_parts
+
+__all__ = ["ZoneawareEnsemblePlacementPolicy", "ZONEAWARE_POLICY", "zone_of"]
+
+ZONEAWARE_POLICY = "org.apache.bookkeeper.client.ZoneawareEnsemblePlacementPolicy"
+DEFAULT_ZONE_NAME = path_parts(DEFAULT_ZONE_AND_UPGRADE_DOMAIN)[0]
+
+
+@functools.lru_cache(maxsize=65536)
+def zone_of(location: str) -> str:
+    parts = path_parts(location)
+    return parts[0] if parts else ""
+
+
+def _rank(location: str, neighbours: list) -> int:
+    zone = zone_of(location)
+    if all(zone_of(n) != zone for n in neighbours):
+        return 0
+    return 1 if location not in neighbours else 2
+
+
+def _any_window(window: list) -> bool:
+    return True
+
+
+def _zones_at_least(zones: int):
+    """Feasible while the filled bookies have distinct locations (a zone's bookies in distinct upgrade
+    domains) and the zones they span plus the open positions reach `zones`."""
+
+    def feasible(window: list) -> bool:
+        filled = [loc for loc in window if loc is not None]
+        if len(set(filled)) != len(filled):
+            return False
+        return len({zone_of(loc) for loc in filled}) + len(window) - len(filled) >= zones
+
+    return feasible
+
+
+class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
+    """See the module docstring."""
+
+    name = ZONEAWARE_POLICY
+    default_location = DEFAULT_ZONE_AND_UPGRADE_DOMAIN
+
+    def __init__(self, conf, topology=None, rng=None):
+        super().__init__(conf, topology, rng)
+        self.min_zones = conf.get("minNumZonesPerWriteQuorum")
+        self.desired_zones = conf.get("desiredNumZonesPerWriteQuorum")
+        self.strict = conf.get("enforceStrictZoneawarePlacement")
+        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
+
+    @staticmethod
+    def valid_location(location: str) -> bool:
+        return len(path_parts(location)) == 2
+
+    def local_key(self, location: str) -> str:
+        return zone_of(location)
+
+    def _not_default_zone(self, location: str) -> bool:
+        return zone_of(location) != DEFAULT_ZONE_NAME
+
+    def _index(self, writable, scope_id: int):
+        return self.candidates(writable, scope_id, self._not_default_zone if self.strict else None)
+
+    def check_quorums(self, ensemble_size: int, write_quorum: int) -> None:
+        if not self.strict:
+            return
+        if ensemble_size % write_quorum:
+            raise BKIncorrectParameterException(
+                f"ensemble size {ensemble_size} is not a multiple of write quorum {write_quorum} "
+                "(enforceStrictZoneawarePlacement: a wrapped write quorum would span fewer zones)")
+        if write_quorum <= self.min_zones:
+            raise BKIncorrectParameterException(
+                f"write quorum {write_quorum} is not above minNumZonesPerWriteQuorum={self.min_zones} "
+                "(enforceStrictZoneawarePlacement)")
+
+    def _targets(self, write_quorum: int) -> list[int]:
+        desired = min(write_quorum, self.desired_zones)
+        return sorted({desired, min(desired, self.min_zones)}, reverse=True)
+
+    def _place(self, what: str, members: list, locations: list, write_quorum: int, index, used: set,
+               prefer: dict | None) -> tuple[str, ...]:
+        for zones in self._targets(write_quorum):
+            rules = Rules(_zones_at_least(zones), _rank, prefer, monotone=True)
+            found = fill(members, locations, write_quorum, index, rules, used, self.rng)
+            if found is not None:
+                return tuple(found)
+        if self.strict:
+            available = sorted({zone_of(index.loc[b]) for b in index.ids if b not in used})
+            raise PlacementPolicyError(
+                f"{what}: no placement of E={len(members)} W={write_quorum} puts every write quorum on "
+                f"{self.min_zones} zones in distinct upgrade domains (zones: {', '.join(available) or 'none'}; "
+                "enforceStrictZoneawarePlacement is on, default-zone bookies excluded)")
+        found = fill(members, locations, write_quorum, index, Rules(_any_window, _rank, prefer), used, self.rng)
+        if found is None:
+            raise self.not_enough(sum(1 for b in members if b is None), index, 0, used)
+        self.fallbacks += 1
+        self.warn_once("fallback", "%s: no placement of E=%d W=%d meets minNumZonesPerWriteQuorum=%d; using the best "
+                       "spread found (%s). This is logged once", self.name, len(members), write_quorum,
+                       self.min_zones, ",".join(found))
+        return tuple(found)
+
+    def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
+                     ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
+        self.check_quorums(ensemble_size, write_quorum)
+        index = self._index(writable, scope_id)
+        used = set(excluded)
+        if len(index) - sum(1 for b in used if b in index.loc) < ensemble_size:
+            raise self.not_enough(ensemble_size, index, scope_id, used)
+        return self._place("new ensemble", [None] * ensemble_size, [None] * ensemble_size, write_quorum, index, used,
+                           None)
+
+    def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
+                        ack_quorum: int, failed: Collection[str], scope_id: int = 0,
+                        excluded: Collection[str] = ()) -> tuple[str, ...]:
+        failed = set(failed)
+        if not failed & set(ensemble):
+            return tuple(ensemble)
+        index = self._index(writable, scope_id)
+        members = [None if b in failed else b for b in ensemble]
+        locations = [None if b is None else self.topology.location(b) for b in members]
+        prefer = {i: self.topology.location(b) for i, b in enumerate(ensemble) if b in failed}
+        used = set(ensemble) | failed | set(excluded)
+        return self._place("ensemble change", members, locations, write_quorum, index, used, prefer)
+
+    def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
+        if len(ensemble) % write_quorum:
+            return Adherence.FAIL
+        locations = [self.topology.location(b) for b in ensemble]
+        if any(zone_of(loc) == DEFAULT_ZONE_NAME for loc in locations):
+            return Adherence.FAIL
+        desired = min(write_quorum, self.desired_zones)
+        result = Adherence.MEETS_STRICT
+        for window in write_quorums(len(ensemble), write_quorum):
+            locs = [locations[i] for i in window]
+            zones = len({zone_of(loc) for loc in locs})
+            if zones < self.min_zones or len(set(locs)) != len(locs):
+                return Adherence.FAIL
+            if zones < desired:
+                result = Adherence.MEETS_SOFT
+        return result
+
+    def replace_to_adhere(self, writable, ensemble, write_quorum, ack_quorum, scope_id=0, excluded=()):
+        if self.adherence(ensemble, write_quorum, ack_quorum) != Adherence.FAIL:
+            return tuple(ensemble)
+        return repair(self, ensemble, write_quorum, self._index(writable, scope_id),
+                      _zones_at_least(min(write_quorum, self.min_zones)), _rank, set(excluded))
+
+    def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
+        if not self.enforce_fault_domains:
+            return None
+        numbers: dict[str, int] = {}
+        domains = [numbers.setdefault(zone_of(self.topology.location(b)), len(numbers)) for b in ensemble]
+        return domains, min(write_quorum, self.min_zones)
