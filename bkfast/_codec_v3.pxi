@@ -5,6 +5,7 @@
 # the protobuf path in bkfast.net.v3_handler, which decides exactly as before.
 
 from bkfast._protowire cimport pw_varint, pw_skip_field
+from bkfast._stats cimport Counter, OpStats
 
 cdef enum:
     V3_OP_READ_ENTRY = 1       # OperationType
@@ -201,7 +202,8 @@ def decode_v3_adds(list frames, Py_ssize_t start=0):
 
 
 def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_of, dict busy,
-                   Py_ssize_t out_limit=-1, Py_ssize_t max_misses=-1):
+                   Py_ssize_t out_limit=-1, Py_ssize_t max_misses=-1, OpStats entry_bytes=None,
+                   Counter read_bytes=None):
     """Answer the run of plain v3 READ_ENTRY requests that starts at frames[start] from memory.
 
     `lookup(ledger_id, entry_id, scope_id)` returns the cached entry or None (not in memory: the caller
@@ -213,12 +215,13 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
     (value 0: the caller counts). It stops early once `out` holds `out_limit` bytes or more (a connection's
     output bound; -1 = none), and once it has `max_misses` misses (the reads the connection may still put on
     the read pool; -1 = none). Returns (end, misses): misses are (ledger_id, entry_id, txn_id, scope_id).
-    """
+    Stats, if given: each hit's size into `entry_bytes` (a C call), their sum into `read_bytes` (per run)."""
     cdef Py_ssize_t i = start, n = len(frames)
     cdef list misses = []
     cdef bytes frame
     cdef const uint8_t *p
     cdef V3Request r
+    cdef Py_ssize_t size, total = 0
     cdef int64_t lac_ledger = -1, lac = -1
     cdef uint64_t lac_scope = 0
     cdef bint have_lac = False
@@ -248,16 +251,23 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
                 have_lac = True
             out.add_v3_read_response(0, r.ledger_id, r.entry_id, r.txn, data, True, lac, False, 0,
                                      r.scope_id)
+            size = len(data)
+            total += size
+            if entry_bytes is not None:
+                entry_bytes.record_ok(<double>size)
         i += 1
+    if read_bytes is not None and total:
+        read_bytes.add(total)
     return i, misses
 
 
 def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict busy, Py_ssize_t out_limit=-1,
-                   Py_ssize_t max_misses=-1):
+                   Py_ssize_t max_misses=-1, OpStats entry_bytes=None, Counter read_bytes=None):
     """Answer the run of plain v2 READ requests (versions 1 and 2, no fencing) that starts at
-    frames[start] from memory, as serve_v3_reads does. Returns (end, misses): misses are
+    frames[start] from memory, as serve_v3_reads does (stats too). Returns (end, misses): misses are
     (ledger_id, entry_id, version)."""
     cdef Py_ssize_t i = start, n = len(frames)
+    cdef Py_ssize_t size, total = 0
     cdef list misses = []
     cdef bytes frame
     cdef const uint8_t *p
@@ -288,7 +298,13 @@ def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict
             misses.append((ledger_id, entry_id, version))
         else:
             out.add_read_response(0, ledger_id, entry_id, data, version)
+            size = len(data)
+            total += size
+            if entry_bytes is not None:
+                entry_bytes.record_ok(<double>size)
         i += 1
+    if read_bytes is not None and total:
+        read_bytes.add(total)
     return i, misses
 
 

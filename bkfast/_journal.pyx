@@ -24,6 +24,7 @@ from libc.stdint cimport uint8_t, uint32_t, int32_t, int64_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport posix_fadvise, POSIX_FADV_DONTNEED
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pwrite, fdatasync
@@ -77,6 +78,12 @@ SCAN_INVALID = ST_INVALID       # a length at `stop` that no writer produces; `v
 # here (2M records, 10k per batch): 1 KiB records write 2.5x faster through iovecs, 100 B records 3x
 # faster copied; 256-512 B is the crossover.
 DEFAULT_COPY_BELOW = 512
+
+
+cdef inline int64_t mono_ns() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return <int64_t>now.tv_sec * 1000000000 + now.tv_nsec
 
 
 cdef inline void put_u32(uint8_t *p, uint32_t v) noexcept nogil:
@@ -173,6 +180,10 @@ cdef class JournalWriter:
     cdef readonly uint64_t bytes_written
     cdef readonly uint64_t prealloc_calls
     cdef readonly bint direct
+    # Nanoseconds the last write() spent writing (pre-allocation included) and the last fdatasync took
+    # (0: the last write() did not sync): the journal's JOURNAL_FLUSH_LATENCY and JOURNAL_SYNC.
+    cdef readonly int64_t last_write_ns
+    cdef readonly int64_t last_sync_ns
     cdef uint8_t *zeros
     cdef uint8_t *dstage         # direct mode: the aligned buffer a batch is copied into
     cdef Py_ssize_t dfill
@@ -268,8 +279,10 @@ cdef class JournalWriter:
 
     cdef int sync_nogil(self) noexcept nogil:
         cdef int64_t upto
+        cdef int64_t t0 = mono_ns()
         if fdatasync(self.fd) != 0:
             return errno
+        self.last_sync_ns = mono_ns() - t0
         self.synced_position = self.position
         self.sync_calls += 1
         if self.drop_cache_lag >= 0 and not self.direct:
@@ -377,7 +390,7 @@ cdef class JournalWriter:
         """
         cdef Py_ssize_t n = PyList_GET_SIZE(records)
         cdef Py_ssize_t i, nviews = 0, ln, stage_need = 0, nbig = 0, nrec = 0, s = 0, seg = 0, k = 0
-        cdef int64_t total = 0, pad = 0, start = self.position, end
+        cdef int64_t total = 0, pad = 0, start = self.position, end, t0
         cdef object obj
         cdef uint8_t *st
         cdef int err = 0
@@ -417,7 +430,9 @@ cdef class JournalWriter:
             if not self.direct:
                 self.reserve(0, 0, stage_need if stage_need > 0 else 1, 2 * nbig + 2)
             st = self.stage
+            self.last_sync_ns = 0
             with nogil:
+                t0 = mono_ns()
                 err = self.prealloc_nogil(end)
                 if err == 0 and self.direct:
                     err = self.write_direct(n, start, pad)
@@ -450,6 +465,7 @@ cdef class JournalWriter:
                         self.iov[k].iov_len = <size_t>(s - seg)
                         k += 1
                     err = write_all(self.fd, self.iov, k, start)
+                self.last_write_ns = mono_ns() - t0
                 if err == 0:
                     self.position = end
                     if sync:
@@ -469,6 +485,7 @@ cdef class JournalWriter:
     def sync(self):
         """fdatasync everything written so far (a no-op when nothing new was written)."""
         cdef int err = 0
+        self.last_sync_ns = 0
         if self.synced_position == self.position:
             return self.position
         with nogil:

@@ -381,9 +381,11 @@ def decode_v2_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
 
 
 def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit: int = -1,
-                   max_misses: int = -1) -> tuple[int, list]:
-    """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory."""
+                   max_misses: int = -1, entry_bytes=None, read_bytes=None) -> tuple[int, list]:
+    """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory
+    (each hit's size into the OpStats `entry_bytes`, their sum into the Counter `read_bytes`)."""
     misses: list = []
+    total = 0
     i = start
     while i < len(frames):
         if out_limit >= 0 and len(out) >= out_limit:
@@ -403,7 +405,12 @@ def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit:
             misses.append((ledger_id, entry_id, version))
         else:
             out.add_read_response(0, ledger_id, entry_id, data, version)
+            total += len(data)
+            if entry_bytes is not None:
+                entry_bytes.ok_value(len(data))
         i += 1
+    if read_bytes is not None and total:
+        read_bytes.add(total)
     return i, misses
 
 

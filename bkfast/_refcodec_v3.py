@@ -163,8 +163,9 @@ def decode_v3_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
 
 
 def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, out_limit: int = -1,
-                   max_misses: int = -1) -> tuple[int, list]:
+                   max_misses: int = -1, entry_bytes=None, read_bytes=None) -> tuple[int, list]:
     misses: list = []
+    total = 0
     i = start
     cached_lac = None
     while i < len(frames):
@@ -188,7 +189,12 @@ def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, ou
                 cached_lac = ((scope_id, ledger_id), lac_of(scope_id, ledger_id))
             out.add_v3_read_response(0, ledger_id, entry_id, r["txn"], data, True, cached_lac[1], False, 0,
                                      scope_id)
+            total += len(data)
+            if entry_bytes is not None:
+                entry_bytes.ok_value(len(data))
         i += 1
+    if read_bytes is not None and total:
+        read_bytes.add(total)
     return i, misses
 
 

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bkfast._stats import now_ns
 from bkfast.bookie import journal as journal_mod
+from bkfast.bookie.blocking import SYNC_WAIT_SECONDS, BlockingCalls  # noqa: F401  (SYNC_WAIT_SECONDS: re-exported)
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journals import JournalSet
-from bkfast.bookie.lac import LacTracker, LacWaiter, entry_lac, lac_of_buffer
+from bkfast.bookie.lac import LacReads, LacTracker, entry_lac, lac_of_buffer
 from bkfast.bookie.read_only import ReadOnlyState
 from bkfast.bookie.stats import BookieStats
 from bkfast.codec import peek_entry_ids
@@ -39,20 +40,18 @@ from bkfast.errors import (
     BKError,
     BKIllegalOpException,
     BKLedgerFencedException,
-    BKNoSuchEntryException,
-    BKTimeoutException,
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
     StorageBusyError,
 )
 from bkfast.stats import StatsLogger, StatsRegistry
+from bkfast.storage import thread_stats
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
 
 CURRENT_DIR = "current"
-SYNC_WAIT_SECONDS = 30.0
 
 
 def _run_batch(batch: list[tuple[Callback, BaseException | None]]) -> None:
@@ -67,7 +66,7 @@ def _inline_dispatcher(run: Callable[[list], None], batch: list) -> None:
     run(batch)
 
 
-class Bookie(ReadOnlyState):
+class Bookie(ReadOnlyState, BlockingCalls, LacReads):
     """A bookie's storage: journal + ledger storage + checkpoint, driven by callbacks."""
 
     def __init__(self, conf: ServerConfiguration, dispatcher: Callable[[Callable, list], None] | None = None,
@@ -88,7 +87,7 @@ class Bookie(ReadOnlyState):
         # One journal per journal dir. A dir list that does not fit the lastMark files is refused
         # (ConfigurationError) before anything is created or opened.
         self.journals = JournalSet(self.journal_dirs, self.ledger_dirs, conf, self._on_journal_batch,
-                                   self._on_journal_error)
+                                   self._on_journal_error, stats=self.stats.logger)
         self.journals.check_dirs()
         for d in [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs]:
             (d / CURRENT_DIR).mkdir(parents=True, exist_ok=True)
@@ -96,8 +95,11 @@ class Bookie(ReadOnlyState):
         # anything else is a ConfigurationError naming the key.
         from bkfast.bookie.storage_factory import open_ledger_storage
 
-        self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs)
+        self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs, stats=self.stats.logger)
         self._read_cached = getattr(self.storage, "get_entry_cached", None) or _no_cached_entry
+        # Ledger storage's per-batch stats (add_entry, reads from memory): see bkfast.dbstorage.stats.
+        self._record_adds = getattr(self.storage, "record_adds", None) or _no_stats
+        self._record_memory_reads = getattr(self.storage, "record_memory_reads", None) or _no_stats
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
         self._ledger_lock = threading.Lock()
         # (scope, ledger) -> callbacks of fencing requests waiting for a fence record to be durable
@@ -117,6 +119,7 @@ class Bookie(ReadOnlyState):
         self.storage_full = StorageFullState(self)
         if hasattr(self.storage, "set_error_listener"):
             self.storage.set_error_listener(self._note_io_error)
+        self.stats.register_gauges(conf, self.journal_dirs, self.ledger_dirs, self.index_dirs, self.disk_checker)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
         self.metrics = None
         # Per ledger: known LAC and long-poll waiters (reactor thread; see bkfast.bookie.lac).
@@ -129,7 +132,9 @@ class Bookie(ReadOnlyState):
 
         A full ledger disk does not stop the start (see bkfast.bookie.storage_full): replay stops where
         ledger storage takes no more, and the bookie serves read-only until the disk has room again."""
+        t0 = now_ns()
         self.storage_full.replay(self.journals.read_marks())
+        self.replayed(t0, 0)
         log.info("bookie replayed %d journal records", self.replayed_records)
         self.journals.start()
         self.storage_full.journal_started([journal.last_log_mark.journal_id for journal in self.journals])
@@ -219,8 +224,7 @@ class Bookie(ReadOnlyState):
     def add_entry(self, entry, master_key: bytes, callback: Callback, recovery: bool = False,
                   ack_before_sync: bool = False, high_priority: bool = False) -> None:
         """Store an entry (the bytes exactly as the client packaged them); callback after it is durable."""
-        if self.metrics is not None:
-            callback = self.metrics.timed_add(callback)
+        t0 = now_ns()
         try:
             if self.read_only and not (recovery or high_priority):
                 raise BKWriteOnReadOnlyBookieException("bookie is read-only")
@@ -232,16 +236,21 @@ class Bookie(ReadOnlyState):
                 self._admit(scope_id, ledger_id, master_key)
                 if not recovery and self.storage_full.fence_check()(ledger_id, scope_id):
                     raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
-                self.storage.add_entry(entry)
+                self.storage.add_entry(entry, recovery or high_priority)
             if (scope_id, ledger_id) in self.lac:
                 self.lac.advance(scope_id, ledger_id, entry_lac(entry))
             self.journals.for_ledger(ledger_id).log_record(entry, callback, ack_before_sync=ack_before_sync)
         except BKError as error:
+            self.stats.add_failed(recovery, len(entry), t0, error)
             self._fail(callback, error)
         except Exception as error:  # anything unexpected is an I/O error for the client, and logged
             log.exception("add failed")
+            self.stats.add_failed(recovery, len(entry), t0, error)
             self._note_io_error(error)
             self._fail(callback, BKBookieIOException(str(error)))
+        else:
+            self.stats.add_done(recovery, len(entry), t0)
+            self._record_adds(now_ns() - t0)
 
     def add_entries(self, adds: list, callback: Callable[[list | None, BaseException | None], None]) -> list:
         """Store several entries (one network read's ADDs) with one journal enqueue and one completion.
@@ -251,25 +260,39 @@ class Bookie(ReadOnlyState):
         ones are journaled in order; `callback(accepted, error)` runs once (through the dispatcher, from
         the journal thread) when the last of them is durable: `accepted` is None when every add was
         accepted, else the list of accepted indices. No accepted add: no callback.
+
+        Stats: the batch's time split evenly over its adds is each add's BOOKIE_ADD_ENTRY (or
+        BOOKIE_RECOVERY_ADD_ENTRY) latency, recorded with one call per batch (bkfast.bookie.stats).
         """
-        failures: list = []
-        accepted: list[int] = []
-        records: list = []
-        n_journals = len(self.journals)
-        which: list[int] | None = [] if n_journals > 1 else None   # each record's journal (several only)
-        metrics = self.metrics
-        read_only = self.read_only
-        storage = self.storage
-        store = storage.add_entry
-        is_fenced = self.storage_full.fence_check()
-        # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
-        # for the batch only: the ledger lock is held throughout, so no fence can come in between.
-        admitted: dict = {}
         if self._room_listener is not None and not self.journals.room_for(adds):
             # Never wait for a journal queue on the caller's (the reactor's) thread: the server holds
             # these adds and offers them again when the journal announces room (room_for asked it to).
             busy = StorageBusyError("journal queue full")
             return [(i, busy) for i in range(len(adds))]
+        t0 = now_ns()
+        failures, accepted, records, which, recoveries = self._store_adds(adds)
+        t_stored = now_ns()
+        stored_failures = len(failures)
+        journaled = self._journal_adds(records, accepted, which, failures, callback) if records else 0
+        self.stats.record_add_batch(adds, records, accepted, recoveries, failures, stored_failures, t0, journaled)
+        self._record_adds((t_stored - t0) // max(1, len(records)))     # the stored adds: ledger storage's add_entry
+        return failures
+
+    def _store_adds(self, adds: list) -> tuple[list, list[int], list, list[int] | None, int]:
+        """The checks and the ledger storage put of each add, under the ledger lock: (failures, accepted
+        indices, their records, each record's journal (several journals only), accepted recovery adds)."""
+        failures: list = []
+        accepted: list[int] = []
+        records: list = []
+        n_journals = len(self.journals)
+        which: list[int] | None = [] if n_journals > 1 else None   # each record's journal (several only)
+        recoveries = 0
+        read_only = self.read_only
+        store = self.storage.add_entry
+        is_fenced = self.storage_full.fence_check()
+        # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
+        # for the batch only: the ledger lock is held throughout, so no fence can come in between.
+        admitted: dict = {}
         tracked = self.lac.tracked
         lacs: dict = {}
         with self._ledger_lock:
@@ -289,7 +312,7 @@ class Bookie(ReadOnlyState):
                             if is_fenced(ledger_id, scope_id):
                                 raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
                             admitted[lkey] = master_key
-                    store(entry)
+                    store(entry, recovery or high_priority)
                     if lkey in tracked:
                         lacs[lkey] = max(lacs.get(lkey, -1), entry_lac(entry))
                 except StorageBusyError as error:
@@ -307,54 +330,42 @@ class Bookie(ReadOnlyState):
                     continue
                 records.append(entry)
                 accepted.append(i)
+                if recovery:
+                    recoveries += 1
                 if which is not None:
                     which.append(ledger_id % n_journals)
-        if lacs:
-            advance = self.lac.advance
-            for (scope_id, ledger_id), lac in lacs.items():
-                advance(scope_id, ledger_id, lac)
-        if metrics is not None:
-            for _, error in failures:
-                if not isinstance(error, StorageBusyError):
-                    metrics.add_failed(error)
-        if not records:
-            return failures
+        self._advance_lacs(lacs)
+        return failures, accepted, records, which, recoveries
+
+    def _advance_lacs(self, lacs: dict) -> None:
+        advance = self.lac.advance
+        for (scope_id, ledger_id), lac in lacs.items():
+            advance(scope_id, ledger_id, lac)
+
+    def _journal_adds(self, records: list, accepted: list[int], which: list[int] | None, failures: list,
+                      callback) -> int:
+        """Queue the stored adds' records (one completion for all); refusals go to `failures`. Returns the
+        bytes queued (records with their length fields)."""
         # [the accepted list callback gets (None: all), positions a journal refused (several journals)]
         state: list = [None if not failures else accepted, None]
-        if metrics is not None:
-            timed = [metrics.timed_add(_noop) for _ in records]
 
-            def done(error, _timed=timed, _state=state):
-                gone = _state[1]
-                for k, t in enumerate(_timed):
-                    if gone is None or k not in gone:
-                        t(error)
-                callback(_state[0], error)
-        else:
-            def done(error, _state=state):
-                callback(_state[0], error)
+        def done(error, _state=state):
+            callback(_state[0], error)
         if which is not None:
             def on_refused(positions: list[int], error: BaseException) -> None:
                 # Called by log_split before the last share can complete: done() sees the narrowed list.
                 gone = state[1] = (state[1] or set()) | set(positions)
                 failures.extend((accepted[k], error) for k in positions)
                 state[0] = [a for k, a in enumerate(accepted) if k not in gone]
-                if metrics is not None:
-                    for _ in positions:
-                        metrics.add_failed(error)
 
-            self.journals.log_split(records, which, done, on_refused)
-            return failures
+            return self.journals.log_split(records, which, done, on_refused)
         try:
-            self.journals[0].log_records(records, done)
+            return self.journals[0].log_records(records, done)
         except BKError as error:
             # Nothing was queued: every accepted add fails now (they stay in ledger storage unacknowledged,
             # as a single add whose journal enqueue fails).
             failures.extend((i, error) for i in accepted)
-            if metrics is not None:
-                for _ in accepted:
-                    metrics.add_failed(error)
-        return failures
+            return 0
 
     def fence(self, ledger_id: int, master_key: bytes, callback: Callback, scope_id: int = 0) -> None:
         """Fence a ledger (creating it with this key if unseen); callback once the fence is durable."""
@@ -402,25 +413,33 @@ class Bookie(ReadOnlyState):
 
     def force_ledger(self, ledger_id: int, callback: Callback, scope_id: int = 0) -> None:
         """Complete once every entry of the ledger queued before this call is durable (FORCE_LEDGER)."""
+        self.stats.force_ledger.inc()
         self.journals.for_ledger(ledger_id).force(callback)
 
     def get_explicit_lac(self, ledger_id: int, scope_id: int = 0) -> bytes | None:
         return self.storage_full.get_explicit_lac(ledger_id, scope_id)
 
-    def read_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
+    def read_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0, high_priority: bool = False) -> bytes:
         """The stored entry (entry -1: the highest one). Raises BKNoSuchLedgerExists / BKNoSuchEntry.
         While a full ledger disk keeps journal records out of ledger storage, those are read from the
-        journal (bkfast.bookie.storage_full)."""
-        metrics = self.metrics
-        if metrics is None:
-            return self.storage_full.get_entry(ledger_id, entry_id, scope_id)
-        t0 = time.perf_counter()
+        journal (bkfast.bookie.storage_full). `high_priority`: a fencing or recovery read (ledger storage's
+        thread-scoped stats then count it as Java's BookieHighPriorityThread's)."""
+        stats = self.stats
+        t0 = now_ns()
         try:
-            data = self.storage_full.get_entry(ledger_id, entry_id, scope_id)
+            if high_priority:
+                with thread_stats.high_priority():
+                    data = self.storage_full.get_entry(ledger_id, entry_id, scope_id)
+            else:
+                data = self.storage_full.get_entry(ledger_id, entry_id, scope_id)
         except BaseException as error:
-            metrics.read_failed(error)
+            stats.read_failed(t0)
+            if self.metrics is not None:
+                self.metrics.read_failed(error)
             raise
-        metrics.read_ok(time.perf_counter() - t0)
+        stats.read_done(len(data), t0)
+        if self.metrics is not None:
+            self.metrics.read_ok((now_ns() - t0) / 1e9)
         return data
 
     def read_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
@@ -429,41 +448,15 @@ class Bookie(ReadOnlyState):
         return self._read_cached(ledger_id, entry_id, scope_id)
 
     def count_reads_from_memory(self, n: int, seconds: float) -> None:
-        """The server answered n reads from memory (read_entry_cached) in `seconds`: for the metrics."""
+        """The server answered n reads from memory (read_entry_cached) in `seconds`: for the metrics, and
+        ledger storage's read_entry and cache hit stats (the hits it counted get `seconds / n` each)."""
+        if n:
+            self._record_memory_reads(int(seconds * 1e9) // n)
         if self.metrics is not None and n:
             self.metrics.reads_from_memory(n, seconds)
 
     def read_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
         return self.storage_full.get_last_add_confirmed(ledger_id, scope_id)
-
-    # --- LAC for readers (long poll, maxLAC) ----------------------------------------------------------
-    def known_lac(self, scope_id: int, ledger_id: int) -> int:
-        """max(LAC of the last stored entry, explicit LAC), tracked from the first ask on (one dictionary
-        lookup per read after that). Raises BKNoSuchLedgerExistsException."""
-        return self.lac.known(scope_id, ledger_id, lambda: self._load_lac(scope_id, ledger_id))
-
-    def _load_lac(self, scope_id: int, ledger_id: int) -> int:
-        lac = -1
-        try:
-            lac = self.storage_full.get_last_add_confirmed(ledger_id, scope_id)
-        except BKNoSuchEntryException:
-            pass
-        explicit = self.get_explicit_lac(ledger_id, scope_id)
-        if explicit:
-            lac = max(lac, lac_of_buffer(explicit))
-        return lac
-
-    def lac_update_time(self, scope_id: int, ledger_id: int) -> int:
-        return self.lac.update_time_ms(scope_id, ledger_id)
-
-    def watch_lac(self, scope_id: int, ledger_id: int, previous_lac: int, callback) -> LacWaiter:
-        """callback() once the known LAC passes previous_lac (call known_lac first)."""
-        waiter = LacWaiter(previous_lac, callback)
-        self.lac.watch(scope_id, ledger_id, waiter)
-        return waiter
-
-    def unwatch_lac(self, scope_id: int, ledger_id: int, waiter: LacWaiter) -> None:
-        self.lac.unwatch(scope_id, ledger_id, waiter)
 
     # --- room for adds (the reactor never waits) --------------------------------------------------------
     def set_room_listener(self, listener: Callable[[], None]) -> None:
@@ -482,7 +475,15 @@ class Bookie(ReadOnlyState):
         return self.storage_full.is_fenced(ledger_id, scope_id)
 
     def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
-        return self.storage_full.entries_of_ledger(ledger_id, scope_id)
+        """Java's getListOfEntriesOfLedger (BOOKIE_GET_LIST_OF_ENTRIES_OF_LEDGER)."""
+        t0 = now_ns()
+        try:
+            entries = self.storage_full.entries_of_ledger(ledger_id, scope_id)
+        except BaseException:
+            self.stats.get_list_of_entries_of_ledger.fail_since(t0)
+            raise
+        self.stats.get_list_of_entries_of_ledger.ok_since(t0)
+        return entries
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         self.storage.delete_ledger(ledger_id, scope_id)
@@ -499,30 +500,6 @@ class Bookie(ReadOnlyState):
         state["disk_usage"] = dict(self.disk_checker.usages)
         state["journal_served_entries"] = self.storage_full.journal_served_entries
         return state
-
-    # --- blocking conveniences (scripts, tests, the crash-test child) -----------------------------
-    def _wait(self, start: Callable[[Callback], None]) -> None:
-        done = threading.Event()
-        outcome: list[BaseException | None] = []
-
-        def callback(error):
-            outcome.append(error)
-            done.set()
-
-        start(callback)
-        if not done.wait(SYNC_WAIT_SECONDS):
-            raise BKTimeoutException(f"bookie operation not durable after {SYNC_WAIT_SECONDS} s")
-        if outcome[0] is not None:
-            raise outcome[0]
-
-    def add_entry_sync(self, entry, master_key: bytes, recovery: bool = False) -> None:
-        self._wait(lambda cb: self.add_entry(entry, master_key, cb, recovery=recovery))
-
-    def fence_sync(self, ledger_id: int, master_key: bytes, scope_id: int = 0) -> None:
-        self._wait(lambda cb: self.fence(ledger_id, master_key, cb, scope_id))
-
-    def set_explicit_lac_sync(self, ledger_id: int, lac_buffer: bytes, master_key: bytes, scope_id: int = 0):
-        self._wait(lambda cb: self.set_explicit_lac(ledger_id, lac_buffer, master_key, cb, scope_id))
 
     # --- checkpoint and replay ---------------------------------------------------------------------
     def checkpoint(self) -> tuple[int, int]:
@@ -545,14 +522,23 @@ class Bookie(ReadOnlyState):
             return tuple(marks[0])
 
     def _checkpoint_loop(self) -> None:
+        thread_time = self.stats.sync_thread_time
         while not self._stop_checkpointing.wait(self._flush_interval_s):
             if self.storage_full.active:
                 continue                 # the disk checker's recovery checkpoints once there is room
+            t0 = now_ns()
             try:
                 self.checkpoint()
             except Exception as error:
                 log.exception("checkpoint failed; will retry in %.1f s", self._flush_interval_s)
                 self._note_io_error(error)
+            finally:
+                thread_time.add(now_ns() - t0)
+
+    def replayed(self, t0: int, before: int) -> None:
+        """A replay that began at t0 stored records (replayed_records - before): ledger storage's add_entry
+        stats get their average time."""
+        self._record_adds((now_ns() - t0) // max(1, self.replayed_records - before))
 
     def _replay_record(self, record) -> None:
         r = journal_mod.parse_record(record)
@@ -575,7 +561,7 @@ def _no_cached_entry(ledger_id: int, entry_id: int, scope_id: int = 0) -> None:
     return None
 
 
-def _noop(error: BaseException | None) -> None:
+def _no_stats(nanos_each: int) -> None:
     pass
 
 

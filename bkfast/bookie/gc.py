@@ -32,7 +32,9 @@ import logging
 import threading
 import time
 
+from bkfast._stats import now_ns
 from bkfast.bookie.compaction import CompactionStats, Compactor, log_size
+from bkfast.bookie.gc_stats import gc_stats_for
 from bkfast.errors import ReactorTimeoutError
 from bkfast.ids import LedgerId
 from bkfast.reactor import call as reactor_call
@@ -117,6 +119,8 @@ class GarbageCollector:
         # does not run, even when forced; garbage collection of deleted ledgers goes on.
         self.suspended = {"major": False, "minor": False}
         self.compactor = Compactor(storage, conf, self._stop)
+        # Java's GarbageCollectorStats, one set per entry logger (bkfast.bookie.gc_stats).
+        self.gc_stats = gc_stats_for(storage)
         self._usage: dict[tuple[int, int], LogUsage] = {}
         now = time.monotonic()
         self._last_minor = now
@@ -182,25 +186,39 @@ class GarbageCollector:
     # -- one cycle -----------------------------------------------------------------------------------
 
     def run_once(self, force_major: bool = False, force_minor: bool = False) -> CompactionStats | None:
-        """One GC cycle (see the module docstring); the compaction stats when a compaction ran."""
+        """One GC cycle (see the module docstring); the compaction stats when a compaction ran. Its time
+        is every collector stats set's THREAD_RUNTIME (a failure if it raised)."""
         with self._run_lock:
-            loggers = self.storage.entry_loggers()
-            limits = [_first_unfinished(lg) for lg in loggers]
+            t0 = now_ns()
             try:
-                self.storage.flush()
-            except Exception as e:  # noqa: BLE001 - e.g. ENOSPC: collecting must still go on, to free space
-                log.warning("gc: ledger storage flush failed (%s); collecting finished logs anyway", e)
-            self._delete_gone_ledgers()
-            live = set(self.storage.all_ledgers())
-            usages = self._refresh_usage(loggers, limits, live)
-            for usage in usages:
-                if usage.live == 0:
-                    self._remove_log(loggers[usage.logger_index], usage)
-            stats = self._maybe_compact(loggers, [u for u in usages if u.live > 0], force_major, force_minor, live)
-            self.last_gc_time = time.time()
-            self.cycles += 1
-            self.last_error = None
+                stats = self._cycle(force_major, force_minor)
+            except BaseException:
+                for gc_stats in self.gc_stats:
+                    gc_stats.runtime.fail_since(t0)
+                raise
+            for gc_stats in self.gc_stats:
+                gc_stats.runtime.ok_since(t0)
             return stats
+
+    def _cycle(self, force_major: bool, force_minor: bool) -> CompactionStats | None:
+        loggers = self.storage.entry_loggers()
+        limits = [_first_unfinished(lg) for lg in loggers]
+        try:
+            self.storage.flush()
+        except Exception as e:  # noqa: BLE001 - e.g. ENOSPC: collecting must still go on, to free space
+            log.warning("gc: ledger storage flush failed (%s); collecting finished logs anyway", e)
+        self._delete_gone_ledgers()
+        live = set(self.storage.all_ledgers())
+        usages = self._refresh_usage(loggers, limits, live)
+        for usage in usages:
+            if usage.live == 0:
+                self._remove_log(loggers[usage.logger_index], usage)
+        self._note_active([u for u in usages if u.live > 0], live)
+        stats = self._maybe_compact(loggers, [u for u in usages if u.live > 0], force_major, force_minor, live)
+        self.last_gc_time = time.time()
+        self.cycles += 1
+        self.last_error = None
+        return stats
 
     def _delete_gone_ledgers(self) -> None:
         if self.source is None:
@@ -219,6 +237,7 @@ class GarbageCollector:
                 continue
             self.storage.delete_ledger(ledger_id, scope_id)
             self.ledgers_deleted += 1
+            self._stats_of(ledger_id, scope_id).deleted_ledgers.inc()
             log.info("gc: deleted ledger %d%s: it has no metadata any more", ledger_id,
                      f" scope {scope_id}" if scope_id else "")
 
@@ -248,11 +267,33 @@ class GarbageCollector:
         size = log_size(logger, usage.log_id)
         if logger.remove_log(usage.log_id):
             self.bytes_reclaimed += size
+            self.gc_stats[usage.logger_index].reclaimed_by_deletion.add(size)
             self.logs_deleted += 1
             log.info("gc: removed entry log %x (%d bytes): none of its %d ledgers is live",
                      usage.log_id, size, len(usage.ledgers))
         with self._state_lock:
             self._usage.pop((usage.logger_index, usage.log_id), None)
+
+    def _stats_of(self, ledger_id: int, scope_id: int):
+        if len(self.gc_stats) == 1:
+            return self.gc_stats[0]
+        return self.gc_stats[self.storage.ledger_stats_index(ledger_id, scope_id)]
+
+    def _note_active(self, usages: list[LogUsage], live: set[tuple[int, int]]) -> None:
+        """The ACTIVE_* gauges: finished logs with live data and their live bytes, ledgers, per logger."""
+        logs = [0] * len(self.gc_stats)
+        live_bytes = [0] * len(self.gc_stats)
+        for usage in usages:
+            logs[usage.logger_index] += 1
+            live_bytes[usage.logger_index] += usage.live
+        ledgers = [0] * len(self.gc_stats)
+        if len(ledgers) == 1:
+            ledgers[0] = len(live)
+        else:
+            for scope_id, ledger_id in live:
+                ledgers[self.storage.ledger_stats_index(ledger_id, scope_id)] += 1
+        for gc_stats, n_logs, n_bytes, n_ledgers in zip(self.gc_stats, logs, live_bytes, ledgers, strict=True):
+            gc_stats.active_logs, gc_stats.active_log_bytes, gc_stats.active_ledgers = n_logs, n_bytes, n_ledgers
 
     # -- compaction ----------------------------------------------------------------------------------
 
@@ -284,14 +325,18 @@ class GarbageCollector:
             logger = loggers[usage.logger_index]
             log.info("gc: %s compaction of entry log %x (live %.1f%% of %d bytes)", kind, usage.log_id,
                      100.0 * usage.ratio, usage.total)
+            reclaimed = stats.bytes_reclaimed
             if self.compactor.compact_log(logger, usage.log_id, throttle, deadline, stats, live):
                 with self._state_lock:
                     self._usage.pop((usage.logger_index, usage.log_id), None)
+            self.gc_stats[usage.logger_index].reclaimed_by_compaction.add(stats.bytes_reclaimed - reclaimed)
         stats.seconds = time.monotonic() - started
         self.bytes_reclaimed += stats.bytes_reclaimed
         self.logs_compacted += stats.logs_compacted
         self.entries_copied += stats.entries_copied
         now = time.monotonic()
+        for gc_stats in self.gc_stats:
+            (gc_stats.major_compactions if kind == "major" else gc_stats.minor_compactions).inc()
         if kind == "major":
             self._last_major = self._last_minor = now
             self.last_major_compaction_time = time.time()

@@ -32,10 +32,7 @@ journal must hold them too: a master key above all), then serves. Replay reads e
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -54,6 +51,8 @@ from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts li
     RecordKind,
     parse_record,
 )
+from bkfast._stats import now_ns
+from bkfast.bookie.journal_direct import enable_direct
 from bkfast.bookie.journal_files import (  # noqa: F401  (re-exported: readers of journals import them here)
     CURRENT_DIR,
     CURRENT_JOURNAL_FORMAT_VERSION,
@@ -61,6 +60,7 @@ from bkfast.bookie.journal_files import (  # noqa: F401  (re-exported: readers o
     HEADER_SIZE,
     MAGIC,
     V5,
+    delete_old_journals,
     explicit_lac_record,
     fence_record,
     journal_path,
@@ -69,8 +69,10 @@ from bkfast.bookie.journal_files import (  # noqa: F401  (re-exported: readers o
     replay,
     scan_journal,
 )
+from bkfast.bookie.journal_stats import EMPTY_QUEUE, MAX_OUTSTANDING, MAX_WAIT, JournalBatch, JournalStats
 from bkfast.bookie.logmark import LogMark, fsync_dir, read_last_mark, write_last_mark  # noqa: F401
 from bkfast.errors import BKBookieIOException, BKTooManyRequestsException
+from bkfast.stats import StatsLogger, StatsRegistry
 
 log = logging.getLogger(__name__)
 
@@ -79,36 +81,6 @@ CACHE_DROP_LAG_BYTES = 8 * 1024 * 1024      # JournalChannel keeps this much beh
 JOURNAL_TIMER_SLACK_NS = 1000   # the group wait is a latency the user configured: do not let it stretch
 _INT = struct.Struct(">i")
 _MiB = 1024 * 1024
-
-
-# --- O_DIRECT --------------------------------------------------------------------------------------------
-
-
-def _enable_direct(fd: int, writer, journal_dir: str, header: bytes) -> bool:
-    """Switch a new journal file to O_DIRECT writes; False (and buffered) if its file system refuses.
-
-    The probe is a real write: the 512-byte header again, through O_DIRECT at offset 0, the smallest and
-    least aligned write the journal makes (batches start on 512-byte boundaries whatever the
-    journalAlignmentSize), because a file system may accept the O_DIRECT flag and still refuse such
-    writes (a 4 KiB-sector device).
-    """
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-        with mmap.mmap(-1, mmap.PAGESIZE) as block:      # page-aligned memory, as O_DIRECT needs
-            block.write(header)
-            with memoryview(block) as view:
-                os.pwrite(fd, view[:len(header)], 0)
-        writer.set_direct(True)
-        return True
-    except OSError as err:
-        if err.errno != errno.EINVAL:
-            raise
-        writer.set_direct(False)
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-        log.info("journal %s: the file system refuses O_DIRECT writes of %d bytes (%s); writing through "
-                 "the page cache", journal_dir, writer.alignment, err)
-        return False
 
 
 # --- the journal ------------------------------------------------------------------------------------
@@ -130,7 +102,8 @@ class Journal:
 
     def __init__(self, journal_dir, conf, completion_sink: Callable[[list], object],
                  error_sink: Callable[[list, BaseException], object] | None = None,
-                 enqueue_timeout_s: float = 5.0):
+                 enqueue_timeout_s: float = 5.0, stats: StatsLogger | None = None):
+        """`stats`: where this journal's Java stats go (`bookie_journal` with its journalIndex label)."""
         self.journal_dir = os.fspath(journal_dir)
         self.current_dir = os.path.join(self.journal_dir, CURRENT_DIR)
         self._completion_sink = completion_sink
@@ -161,6 +134,12 @@ class Journal:
         # The pending batch: records (None = force marker), tokens, indices of ack-before-sync records
         # and of force markers, its bytes (with length fields), and its oldest record's enqueue time.
         self._recs, self._toks, self._early, self._forces = [], [], [], []
+        # ... and for the stats, each enqueue call's time (ns) and record count, and each force's time.
+        self._enq_t, self._enq_n, self._force_t = [], [], []
+        self._inflight_bytes = 0     # of the batch being written
+        self.stats = JournalStats(stats if stats is not None else StatsRegistry(enabled=False).logger(),
+                                  lambda: self._bytes + self._inflight_bytes)
+        self._queued = self.stats.queue_size
         # The bookie server's non-waiting adds: called (journal thread) when a batch is taken after want_room().
         self.room_listener = None
         self._room_wanted = False
@@ -223,12 +202,16 @@ class Journal:
         size = len(record)
         if size <= 0:
             raise ValueError("an empty journal record would read back as the end of the log")
+        t = now_ns()
         with self._lock:
             if self._state != _RUNNING or len(self._recs) >= self._queue_size:
                 self._wait_for_space()
             recs = self._recs
             recs.append(record)
             self._toks.append(token)
+            self._enq_t.append(t)
+            self._enq_n.append(1)
+            self._queued.inc()
             n = len(recs)
             if ack_before_sync:
                 self._early.append(n - 1)
@@ -239,8 +222,9 @@ class Journal:
                                            or n >= self._close_count):
                 self._wakeup.notify()
 
-    def log_records(self, records: list, token) -> None:
-        """Queue several records at once; `token` completes once the LAST of them is durable.
+    def log_records(self, records: list, token) -> int:
+        """Queue several records at once; `token` completes once the LAST of them is durable. Returns
+        their bytes with length fields (4 + len each).
 
         The records are appended in order under one lock hold (so they usually share one batch; if the
         queue splits them, the earlier ones are in earlier batches, durable first). No ack-before-sync.
@@ -255,6 +239,7 @@ class Journal:
             if rlen <= 0:
                 raise ValueError("an empty journal record would read back as the end of the log")
             size += 4 + rlen
+        t = now_ns()
         with self._lock:
             if self._state != _RUNNING or len(self._recs) >= self._queue_size:
                 self._wait_for_space()
@@ -265,6 +250,9 @@ class Journal:
             if n_new > 1:
                 toks.extend([None] * (n_new - 1))
             toks.append(token)
+            self._enq_t.append(t)
+            self._enq_n.append(n_new)
+            self._queued.add(n_new)
             n = len(recs)
             if first:
                 self._first_t = time.monotonic()
@@ -272,15 +260,19 @@ class Journal:
             if self._consumer_waiting and (first or self._bytes > self._bytes_threshold
                                            or n >= self._close_count):
                 self._wakeup.notify()
+        return size
 
     def force(self, token) -> None:
         """Complete `token` once every record queued before it is durable (FORCE_LEDGER; never written)."""
+        t = now_ns()
         with self._lock:
             if self._state != _RUNNING or len(self._recs) >= self._queue_size:
                 self._wait_for_space()
             recs = self._recs
             recs.append(None)
             self._toks.append(token)
+            self._force_t.append(t)
+            self._queued.inc()
             n = len(recs)
             self._forces.append(n - 1)
             if n == 1:
@@ -316,6 +308,9 @@ class Journal:
         with self._lock:
             recs, self._failed_recs, self._cut = self._failed_recs, [], None
             self._recs, self._toks, self._early, self._forces = recs, [None] * len(recs), [], []
+            now = now_ns()
+            self._enq_t, self._enq_n, self._force_t = ([now], [len(recs)], []) if recs else ([], [], [])
+            self._queued.add(len(recs))
             self._bytes = sum(4 + len(r) for r in recs)
             self._first_t = self._last_sync_t = time.monotonic()
             self._mark = LogMark(self._journal_id, self._writer.position)
@@ -347,20 +342,7 @@ class Journal:
 
     def gc_journals(self, mark) -> list[int]:
         """Delete journals older than `mark`'s beyond the newest journalMaxBackups of them; return their ids."""
-        mark = LogMark(*mark)
-        old = [i for i in list_journal_ids(self.journal_dir) if i < mark.journal_id and i != self._journal_id]
-        deleted = []
-        for journal_id in old[:max(0, len(old) - self._max_backups)]:
-            path = journal_path(self.journal_dir, journal_id)
-            try:
-                os.unlink(path)
-            except OSError as err:
-                if not isinstance(err, FileNotFoundError):
-                    log.warning("could not delete old journal %s: %s", path, err)
-                continue
-            log.info("garbage collected journal %s", os.path.basename(path))
-            deleted.append(journal_id)
-        return deleted
+        return delete_old_journals(self.journal_dir, LogMark(*mark).journal_id, self._journal_id, self._max_backups)
 
     # --- producer side helpers (lock held) ------------------------------------------------------------
     def _wait_for_space(self) -> None:
@@ -382,34 +364,51 @@ class Journal:
             raise BKBookieIOException(f"journal {self.journal_dir} {why}") from self._failure
 
     # --- the journal thread ---------------------------------------------------------------------------
-    def _next_batch(self):
+    def _next_batch(self) -> JournalBatch | None:
         """Wait until the pending batch closes (see module docstring); take it. None = stopped and empty."""
         with self._lock:
             while True:
-                n = len(self._recs)
-                if n:
-                    if (self._state != _RUNNING or self._flush_when_empty or n >= self._close_count
-                            or self._bytes > self._bytes_threshold):
-                        break
-                    remaining = self._max_wait - (time.monotonic() - self._first_t)
-                    if remaining <= 0:
-                        break
-                elif self._state != _RUNNING:
-                    return None
-                else:
+                reason = self._close_reason()
+                if reason is not None:
+                    break
+                if not self._recs:
+                    if self._state != _RUNNING:
+                        return None
                     remaining = None
+                else:
+                    remaining = self._max_wait - (time.monotonic() - self._first_t)
                 self._consumer_waiting = True
                 self._wakeup.wait(remaining)
                 self._consumer_waiting = False
-            batch = self._recs, self._toks, self._early, self._forces
+            batch = JournalBatch(self._recs, self._toks, self._early, self._forces, self._enq_t, self._enq_n,
+                                 self._force_t, self._bytes, reason)
             self._recs, self._toks, self._early, self._forces = [], [], [], []
-            self._bytes = 0
+            self._enq_t, self._enq_n, self._force_t = [], [], []
+            self._inflight_bytes, self._bytes = self._bytes, 0
             if self._producers_waiting:
                 self._space.notify_all()
             room_wanted, self._room_wanted = self._room_wanted, False
+        self.stats.taken(batch)
         if room_wanted and self.room_listener is not None:
             self.room_listener()
         return batch
+
+    def _close_reason(self) -> str | None:
+        """Why the pending batch closes now (lock held): MAX_OUTSTANDING (records or bytes over their
+        threshold, or a full queue), EMPTY_QUEUE (flush when the queue is empty), MAX_WAIT (its oldest record
+        waited journalMaxGroupWaitMSec), "stop"; None: it stays open (or there is none)."""
+        n = len(self._recs)
+        if not n:
+            return None
+        if self._state != _RUNNING:
+            return "stop"
+        if n >= self._close_count or self._bytes > self._bytes_threshold:
+            return MAX_OUTSTANDING
+        if self._flush_when_empty:
+            return EMPTY_QUEUE
+        if self._max_wait - (time.monotonic() - self._first_t) <= 0:
+            return MAX_WAIT
+        return None
 
     def has_room(self, records: int) -> bool:
         """Whether `records` more records fit the queue now (an empty queue takes any number). Only
@@ -430,7 +429,7 @@ class Journal:
                 batch = self._next_batch()
                 if batch is None:
                     break
-                self._commit(*batch)
+                self._commit(batch)
             self._close_file(sync=True)
             with self._lock:
                 self._state = _STOPPED
@@ -444,19 +443,21 @@ class Journal:
             except _Failed:
                 pass
 
-    def _commit(self, recs: list, toks: list, early: list[int], forces: list[int]) -> None:
+    def _split_tokens(self, toks: list, early: list[int], forces: list[int]) -> tuple[list, list]:
+        """Tokens that may complete once written (before any sync), and those that wait for the sync."""
+        if not self._sync_data and not forces:
+            return toks, []
+        if early or not self._sync_data:
+            pick = set(early) if self._sync_data else set(range(len(toks))).difference(forces)
+            return [t for i, t in enumerate(toks) if i in pick], [t for i, t in enumerate(toks) if i not in pick]
+        return [], toks
+
+    def _commit(self, batch: JournalBatch) -> None:
         writer = self._writer
+        recs, toks, forces = batch.recs, batch.toks, batch.forces
         sync = (self._sync_data or bool(forces)
                 or time.monotonic() - self._last_sync_t >= self._page_flush_interval)
-        # Tokens that may complete once written (before any sync), and those that wait for the sync.
-        if not self._sync_data and not forces:
-            early_toks, late_toks = toks, []
-        elif early or not self._sync_data:
-            pick = set(early) if self._sync_data else set(range(len(toks))).difference(forces)
-            early_toks = [t for i, t in enumerate(toks) if i in pick]
-            late_toks = [t for i, t in enumerate(toks) if i not in pick]
-        else:
-            early_toks, late_toks = [], toks
+        early_toks, late_toks = self._split_tokens(toks, batch.early, forces)
         start = writer.position
         acked_early = False
         observer = self.sync_latency_observer if sync else None
@@ -473,9 +474,11 @@ class Journal:
             self._failed_recs = [r for r in recs if r is not None]      # recover() journals them again
             self._cut = LogMark(self._journal_id, start)                # ... and cuts the file here
             self._fail(err, late_toks if acked_early else toks, f"batch at offset {start}")
+        records = len(recs) - len(forces)
         self.batch_count += 1
-        self.records_written += len(recs) - len(forces)
+        self.records_written += records
         self.bytes_written += writer.position - start
+        self.stats.written(batch, records, writer.last_write_ns, records - len(batch.early) if self._sync_data else 0)
         if sync:
             self._synced()
             elapsed = time.perf_counter() - t0
@@ -489,19 +492,24 @@ class Journal:
             self._deliver(early_toks)
         if late_toks:
             self._deliver(late_toks)
+        self._inflight_bytes = 0
+        self.stats.done(batch)
         if writer.position > self._max_size:
             self._roll()
 
     def _synced(self) -> None:
+        self.stats.synced(self._writer.last_sync_ns)
         self.sync_count += 1
         self._last_sync_t = time.monotonic()
         self._mark = LogMark(self._journal_id, self._writer.synced_position)
 
     def _deliver(self, tokens: list) -> None:
+        t0 = now_ns()
         try:
             self._completion_sink(tokens)
         except Exception:
             log.exception("journal completion sink failed for %d tokens", len(tokens))
+        self.stats.callback_time.add(now_ns() - t0)
 
     def _roll(self) -> None:
         old = self._journal_id
@@ -513,6 +521,7 @@ class Journal:
         log.info("journal rolled from %x.txn to %x.txn", old, self._journal_id)
 
     def _open_new_file(self) -> None:
+        t0 = now_ns()
         ids = list_journal_ids(self.journal_dir)
         journal_id = ids[-1] + 1 if ids else int(time.time() * 1000) + 1
         if self._journal_id is not None:
@@ -528,7 +537,7 @@ class Journal:
             writer = _journal.JournalWriter(fd, len(header), self._align, self._prealloc_step,
                                             padding=self._version >= V5, drop_cache_lag=self._drop_cache_lag)
             if self._direct:
-                self._direct = _enable_direct(fd, writer, self.journal_dir, header)
+                self._direct = enable_direct(fd, writer, self.journal_dir, header)
             writer.ensure_preallocated()   # JournalChannel pre-allocates the first step on creation
             os.fsync(fd)                   # header and size durable before any record counts on them
             fsync_dir(self.current_dir)   # and the name: fdatasync of the file does not cover it
@@ -542,6 +551,7 @@ class Journal:
                 raise OSError(err.errno, err.strerror, path) from err    # name the file (and so its dir)
             raise
         self._fd, self._writer, self._journal_id = fd, writer, journal_id
+        self.stats.creation.ok_since(t0)
         log.info("opened journal %s (format V%d, %s writes)", path, self._version,
                  "O_DIRECT" if self._direct else "buffered")
 
@@ -571,8 +581,10 @@ class Journal:
             self._state = _FAILED
             self._failed_recs.extend(r for r in self._recs if r is not None)
             rest = self._toks
+            self._queued.add(-len(self._recs))
             self._recs, self._toks, self._early, self._forces = [], [], [], []
-            self._bytes = 0
+            self._enq_t, self._enq_n, self._force_t = [], [], []
+            self._bytes = self._inflight_bytes = 0
             self._space.notify_all()
         log.error("journal %s: %s failed at offset %d: %s; failing %d in-flight and %d queued requests, "
                   "refusing new ones (durable up to %s)", path, what, offset, err, len(tokens), len(rest),

@@ -2,9 +2,9 @@
 records (master key, fence, explicit LAC; scoped forms per scope-ids.md), and reading them back: scan
 one file, every record after a lastMark with its position (records_after), replay them.
 
-Owns: the format constants and the readers. The writer (group commit, rolling, O_DIRECT) is
-bkfast.bookie.journal, which writes what this module reads; `parse_record` and the record layouts live
-in bkfast._journal (they run once per record on replay).
+Owns: the format constants, the readers, and the deletion of journals a lastMark no longer needs. The
+writer (group commit, rolling, O_DIRECT) is bkfast.bookie.journal, which writes what this module reads;
+`parse_record` and the record layouts live in bkfast._journal (they run once per record on replay).
 
 Must never: write a journal file, or read past a corrupt record as if the log ended.
 """
@@ -95,6 +95,24 @@ def list_journal_ids(journal_dir) -> list[int]:
         except ValueError:
             log.warning("ignoring journal file with a non-hex name: %s", name)
     return sorted(ids)
+
+
+def delete_old_journals(journal_dir, before_id: int, keep_id: int | None, max_backups: int) -> list[int]:
+    """Delete the journals older than `before_id` (never `keep_id`, the one being written) beyond the newest
+    `max_backups` of them; return their ids. A file that cannot be deleted is logged and kept."""
+    old = [i for i in list_journal_ids(journal_dir) if i < before_id and i != keep_id]
+    deleted = []
+    for journal_id in old[:max(0, len(old) - max_backups)]:
+        path = journal_path(journal_dir, journal_id)
+        try:
+            os.unlink(path)
+        except OSError as err:
+            if not isinstance(err, FileNotFoundError):
+                log.warning("could not delete old journal %s: %s", path, err)
+            continue
+        log.info("garbage collected journal %s", os.path.basename(path))
+        deleted.append(journal_id)
+    return deleted
 
 
 def _read_header(fd: int, path: str) -> tuple[int, int]:

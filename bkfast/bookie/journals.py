@@ -68,7 +68,9 @@ class JournalSet:
     shared by all of them (each journal calls them from its own thread)."""
 
     def __init__(self, journal_dirs, ledger_dirs, conf, completion_sink: Callable[[list], object],
-                 error_sink: Callable[[list, BaseException], object]):
+                 error_sink: Callable[[list, BaseException], object], stats=None):
+        """`stats`: the `bookie` scope StatsLogger; journal i records under `bookie_journal_*` with
+        journalIndex=i, as Java's journals."""
         self.journal_dirs = [os.fspath(d) for d in journal_dirs]
         twice = sorted({d for d in self.journal_dirs if self.journal_dirs.count(d) > 1})
         if twice:
@@ -77,7 +79,10 @@ class JournalSet:
         self.ledger_dirs = [os.fspath(d) for d in ledger_dirs]
         self.conf = conf
         self.count = len(self.journal_dirs)
-        self.journals = [Journal(d, conf, completion_sink, error_sink) for d in self.journal_dirs]
+        scope = stats.scope("journal") if stats is not None else None
+        self.journals = [Journal(d, conf, completion_sink, error_sink,
+                                 stats=scope.scope_label("journalIndex", i) if scope is not None else None)
+                         for i, d in enumerate(self.journal_dirs)]
         self.started = False
 
     def __len__(self) -> int:
@@ -192,27 +197,30 @@ class JournalSet:
 
     # --- several records at once ------------------------------------------------------------------
     def log_split(self, records: list, which: list[int], token,
-                  on_refused: Callable[[list[int], BaseException], object]) -> None:
+                  on_refused: Callable[[list[int], BaseException], object]) -> int:
         """Queue `records[k]` on journal `which[k]`, each journal's share with one log_records call.
 
         `token(error)` runs once, when every queued share is durable (the first error, if any). A share a
         journal refuses (queue full, journal stopped) is handed to `on_refused(positions, error)` at once
-        and never completes through `token`; when every share is refused, `token` never runs.
+        and never completes through `token`; when every share is refused, `token` never runs. Returns the
+        bytes (with length fields) of the shares queued.
         """
         shares: dict[int, list[int]] = {}
         for k, j in enumerate(which):
             shares.setdefault(j, []).append(k)
         # One extra count, released at the end, so that no share completes the token before all are queued.
         countdown = _Countdown(len(shares) + 1, token)
+        size = 0
         for j, positions in shares.items():
             try:
-                self.journals[j].log_records([records[k] for k in positions], countdown.done)
+                size += self.journals[j].log_records([records[k] for k in positions], countdown.done)
             except BKError as error:
                 on_refused(positions, error)
                 countdown.done(None)
             else:
                 countdown.queued()
         countdown.done(None)
+        return size
 
     # --- counters, summed over the journals (admin metrics) --------------------------------------------
     @property

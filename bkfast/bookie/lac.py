@@ -22,6 +22,8 @@ import struct
 import time
 from collections.abc import Callable
 
+from bkfast.errors import BKNoSuchEntryException
+
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 _LONG = struct.Struct(">q")
 
@@ -145,3 +147,36 @@ class LacTracker:
         for key in idle:
             del self._ledgers[key]
         self._next_sweep = now + self.idle_timeout_s
+
+
+class LacReads:
+    """Mixed into the Bookie: the LAC its readers see (maxLAC, long poll), over its `lac` tracker and its
+    read view (`storage_full`)."""
+
+    def known_lac(self, scope_id: int, ledger_id: int) -> int:
+        """max(LAC of the last stored entry, explicit LAC), tracked from the first ask on (one dictionary
+        lookup per read after that). Raises BKNoSuchLedgerExistsException."""
+        return self.lac.known(scope_id, ledger_id, lambda: self._load_lac(scope_id, ledger_id))
+
+    def _load_lac(self, scope_id: int, ledger_id: int) -> int:
+        lac = -1
+        try:
+            lac = self.storage_full.get_last_add_confirmed(ledger_id, scope_id)
+        except BKNoSuchEntryException:
+            pass
+        explicit = self.get_explicit_lac(ledger_id, scope_id)
+        if explicit:
+            lac = max(lac, lac_of_buffer(explicit))
+        return lac
+
+    def lac_update_time(self, scope_id: int, ledger_id: int) -> int:
+        return self.lac.update_time_ms(scope_id, ledger_id)
+
+    def watch_lac(self, scope_id: int, ledger_id: int, previous_lac: int, callback) -> LacWaiter:
+        """callback() once the known LAC passes previous_lac (call known_lac first)."""
+        waiter = LacWaiter(previous_lac, callback)
+        self.lac.watch(scope_id, ledger_id, waiter)
+        return waiter
+
+    def unwatch_lac(self, scope_id: int, ledger_id: int, waiter: LacWaiter) -> None:
+        self.lac.unwatch(scope_id, ledger_id, waiter)

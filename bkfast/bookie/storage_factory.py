@@ -43,15 +43,16 @@ def storage_kind(storage_class: str) -> str:
 
 
 def open_ledger_storage(conf, ledger_dirs: Sequence[str | os.PathLike[str]],
-                        index_dirs: Sequence[str | os.PathLike[str]] | None):
-    """The ledger storage `conf.ledgerStorageClass` names, opened on these directories."""
+                        index_dirs: Sequence[str | os.PathLike[str]] | None, stats=None):
+    """The ledger storage `conf.ledgerStorageClass` names, opened on these directories; `stats`: the
+    `bookie` scope StatsLogger its stats go to (None: none)."""
     kind = storage_kind(conf.get("ledgerStorageClass"))
     ledger_dirs = [str(d) for d in ledger_dirs]
     index_dirs = [str(d) for d in index_dirs] if index_dirs else None
     if kind == "db":
         from bkfast.dbstorage.storage import DbLedgerStorage
 
-        return DbLedgerStorage(ledger_dirs, index_dirs, conf)
+        return DbLedgerStorage(ledger_dirs, index_dirs, conf, stats=stats)
     from bkfast.indexstorage.storage import IndexedLedgerStorage
 
-    return IndexedLedgerStorage(ledger_dirs, index_dirs, conf, sorted=(kind == "sorted"))
+    return IndexedLedgerStorage(ledger_dirs, index_dirs, conf, sorted=(kind == "sorted"), stats=stats)

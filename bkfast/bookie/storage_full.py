@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from bkfast._stats import now_ns
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.disk_checker import is_no_space
 from bkfast.bookie.journal_index import JournalIndex
@@ -194,6 +195,7 @@ class StorageFullState:
                     b._replay_record(record)
 
         before = b.replayed_records
+        t0 = now_ns()
         try:
             # Each journal resumes where it stopped; replay_pending keeps the positions if it stops again.
             b.journals.replay(self.replay_pending, visit, skip_invalid=b.conf.get("skipInvalidJournalRecord"),
@@ -202,6 +204,8 @@ class StorageFullState:
             log.warning("journal-served entries: %d are still read from the journal files",
                         self.journal_served_entries)
             raise stop.__cause__ from None
+        finally:
+            b.replayed(t0, before)
         # Dropped before replay_pending: the checkpoint that follows may delete the journals it pointed into.
         self.index = None
         log.info("journal replay finished: %d more records; journal-served entries: 0",

@@ -16,7 +16,7 @@ import logging
 import random
 import time
 
-from twisted.internet import defer
+from twisted.internet import defer, threads
 
 from bkfast.conf import ClientConfiguration
 from bkfast.digests import DigestType
@@ -32,10 +32,12 @@ from bkfast.meta.factory import open_metadata_driver
 from bkfast.meta.ledger_metadata import LedgerMetadata
 from bkfast.net.bookie_client import BookieClient
 
+from .disk_weights import DiskWeights
 from .distribution import check_quorums
 from .handle import LedgerHandle
-from .placement import choose_ensemble
+from .placement_factory import policy_from_conf
 from .recovery import recover_ledger
+from .stats import ClientStats, timed
 from .write_handle import WriteHandle, WriteHandleAdv
 
 __all__ = ["AsyncBookKeeper", "client_configuration"]
@@ -71,7 +73,9 @@ class AsyncBookKeeper:
     """A connection to one BookKeeper cluster (metadata store + bookies)."""
 
     def __init__(self, metadata_uri: str, reactor=None, conf: ClientConfiguration | None = None,
-                 driver: MetadataDriver | None = None, **overrides):
+                 driver: MetadataDriver | None = None, stats=None, **overrides):
+        """`stats`: a StatsLogger to record Java's client stats into (bkfast.client.stats; its ZooKeeper
+        session's too when this client opens its own driver); none: nothing is recorded."""
         if reactor is None:
             from twisted.internet import reactor as default_reactor
 
@@ -79,7 +83,8 @@ class AsyncBookKeeper:
         self.reactor = reactor
         self.metadata_uri = metadata_uri
         self.conf = client_configuration(conf, **overrides)
-        self.driver = driver or open_metadata_driver(metadata_uri)
+        self.client_stats = ClientStats(stats)
+        self.driver = driver or open_metadata_driver(metadata_uri, **({"stats": stats} if stats is not None else {}))
         self.writable_bookies: dict[str, BookieInfo] = {}
         self.read_only_bookies: dict[str, BookieInfo] = {}
         self._failed: dict[str, float] = {}
@@ -87,6 +92,13 @@ class AsyncBookKeeper:
         self._cancel_watch = None
         self._closed = False
         self._rng = random.Random()
+        # ensemblePlacementPolicy over the topology of reppDnsResolverClass (docs/placement.md)
+        self.placement = policy_from_conf(self.conf, rng=self._rng)
+        self.client_stats.watch_client(self)
+        self._cancel_rack_watch = None
+        self._disk_weights: DiskWeights | None = None
+        self._locating: defer.Deferred | None = None
+        self._locate_again = False
 
     @classmethod
     def connect(cls, metadata_uri: str, reactor=None, **conf) -> defer.Deferred:
@@ -98,14 +110,93 @@ class AsyncBookKeeper:
         yield self.driver.start()
         self.writable_bookies = yield self.driver.get_bookies(read_only=False)
         self.read_only_bookies = yield self.driver.get_bookies(read_only=True)
+        self.client_stats.bookies_changed({}, self.writable_bookies)
+        yield self._start_placement()
         self._cancel_watch = self.driver.watch_bookies(self._on_bookies)
         log.info("client connected to %s: %d writable, %d read-only bookies", self.metadata_uri,
                  len(self.writable_bookies), len(self.read_only_bookies))
         return self
 
     def _on_bookies(self, writable: dict, read_only: dict) -> None:
+        self.client_stats.bookies_changed(self.writable_bookies, writable)
         self.writable_bookies = dict(writable)
         self.read_only_bookies = dict(read_only)
+        self._locate_bookies()
+        if self._disk_weights is not None:
+            self._disk_weights.on_bookies(self.writable_bookies)
+
+    # --- placement: where the bookies are (docs/placement.md) -------------------------------------------
+    @defer.inlineCallbacks
+    def _start_placement(self):
+        """Locate the bookies before the first ledger is placed: the first reading of the rack table, or
+        the topology script's answers (in a thread), and the client's own location; then, with
+        diskWeightBasedPlacementEnabled, the bookies' free disk space."""
+        topology = self.placement.topology
+        mapping = topology.mapping
+        if mapping.uses_rack_table:
+            first = defer.Deferred()
+
+            def on_table(table):
+                mapping.set_table(table)
+                topology.relocate_all()
+                self._locate_bookies()
+                if not first.called:
+                    first.callback(None)
+
+            def late():
+                if not first.called:
+                    log.warning("the bookie rack table was not read in time; bookies stay in the default location "
+                                "until it is")
+                    first.callback(None)
+
+            self._cancel_rack_watch = self.driver.watch_rack_table(on_table)
+            timeout = self.reactor.callLater(self.conf.get("zkTimeout") / 1000.0, late)
+            yield first
+            if timeout.active():
+                timeout.cancel()
+        if mapping.blocking:
+            yield threads.deferToThread(topology.resolve_local)
+        else:
+            topology.resolve_local()
+        yield self._locate_bookies()
+        if self.conf.get("diskWeightBasedPlacementEnabled"):
+            self._disk_weights = DiskWeights(self)
+            self._disk_weights.start()
+
+    def _locate_bookies(self) -> defer.Deferred:
+        """Resolve the bookies not located yet: at once for the rack table, in a thread (one run at a time)
+        for a topology script. Fires when their locations are recorded."""
+        topology = self.placement.topology
+        bookies = {**self.read_only_bookies, **self.writable_bookies}
+        if not topology.mapping.blocking:
+            topology.locate(bookies)
+            return defer.succeed(None)
+        if self._locating is not None:
+            self._locate_again = True
+            return self._locating
+        pairs = topology.unresolved(bookies)
+        if not pairs:
+            return defer.succeed(None)
+        done = defer.Deferred()
+        self._locating = done
+
+        def resolved(found):
+            topology.apply(found)
+
+        def failed(failure):
+            log.warning("locating bookies %s failed: %s", [b for b, _h in pairs], failure.getErrorMessage())
+
+        def finished(_):
+            self._locating = None
+            again, self._locate_again = self._locate_again, False
+            done.callback(None)
+            if again and not self._closed:
+                self._locate_bookies()
+
+        d = threads.deferToThread(topology.resolve_blocking, pairs)
+        d.addCallbacks(resolved, failed)
+        d.addBoth(finished)
+        return done
 
     def _resolve(self, bookie_id: str) -> tuple[str, int]:
         info = self.writable_bookies.get(bookie_id) or self.read_only_bookies.get(bookie_id)
@@ -133,11 +224,12 @@ class AsyncBookKeeper:
                       scope_id) -> LedgerMetadata:
         check_quorums(ensemble_size, write_quorum, ack_quorum)
         digest = DigestType.parse(digest_type if digest_type is not None else self.conf.get("digestType"))
+        placement = self.placement
         try:    # prefer bookies that have not failed lately, but do not refuse because of them
-            ensemble = choose_ensemble(self.writable_bookies, ensemble_size, scope_id, excluded=self.recently_failed,
-                                       rng=self._rng)
+            ensemble = placement.new_ensemble(self.writable_bookies, ensemble_size, write_quorum, ack_quorum, scope_id,
+                                              excluded=self.recently_failed)
         except BKNotEnoughBookiesException:
-            ensemble = choose_ensemble(self.writable_bookies, ensemble_size, scope_id, rng=self._rng)
+            ensemble = placement.new_ensemble(self.writable_bookies, ensemble_size, write_quorum, ack_quorum, scope_id)
         custom = {key: (value.encode("utf-8") if isinstance(value, str) else bytes(value))
                   for key, value in (custom_metadata or {}).items()}
         ctime = int(time.time() * 1000) if self.conf.get("storeSystemtimeAsLedgerCreationTime") else None
@@ -147,8 +239,8 @@ class AsyncBookKeeper:
 
     async def _create(self, cls, ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
                       scope_id, ledger_id, deferred_sync=False):
-        md = self._new_metadata(ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
-                                scope_id)
+        md = timed(self.client_stats.new_ensemble, self._new_metadata, ensemble_size, write_quorum, ack_quorum,
+                   digest_type, password, custom_metadata, scope_id)
         for _attempt in range(10):
             if ledger_id is not None:
                 lid = ledger_id
@@ -174,15 +266,17 @@ class AsyncBookKeeper:
         """A new ledger and its WriteHandle (ids assigned by the client: 0, 1, 2, ...). With
         `deferred_sync` (BookKeeper's WriteFlag.DEFERRED_SYNC, v3) bookies acknowledge adds before their
         journal sync; `force()` then makes everything added so far durable."""
-        return defer.ensureDeferred(self._create(WriteHandle, ensemble_size, write_quorum, ack_quorum, digest_type,
-                                                 password, custom_metadata, scope_id, None, deferred_sync))
+        return self.client_stats.time("create", defer.ensureDeferred(self._create(
+            WriteHandle, ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata, scope_id,
+            None, deferred_sync)))
 
     def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                           digest_type=None, password: bytes | str = b"", custom_metadata: dict | None = None,
                           scope_id: int = 0, ledger_id: int | None = None) -> defer.Deferred:
         """A new ledger whose entry ids (and optionally ledger id) the caller chooses."""
-        return defer.ensureDeferred(self._create(WriteHandleAdv, ensemble_size, write_quorum, ack_quorum,
-                                                 digest_type, password, custom_metadata, scope_id, ledger_id))
+        return self.client_stats.time("create", defer.ensureDeferred(self._create(
+            WriteHandleAdv, ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
+            scope_id, ledger_id)))
 
     async def _open(self, ledger_id: int, password, recovery: bool, scope_id: int) -> LedgerHandle:
         ledger = LedgerId(scope_id, ledger_id)
@@ -205,12 +299,13 @@ class AsyncBookKeeper:
                     scope_id: int = 0) -> defer.Deferred:
         """A read handle. With `recovery` (the default) an open ledger is fenced, recovered and closed
         first, so its content is final; without, the ledger is left alone and may still grow."""
-        return defer.ensureDeferred(self._open(ledger_id, password, recovery, scope_id))
+        return self.client_stats.time("open", defer.ensureDeferred(self._open(ledger_id, password, recovery,
+                                                                               scope_id)))
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> defer.Deferred:
         """Remove the ledger's metadata; the bookies' garbage collection reclaims its entries."""
         ledger = LedgerId(scope_id, ledger_id)
-        d = self.driver.remove_ledger_metadata(ledger, -1)
+        d = self.client_stats.time("delete", self.driver.remove_ledger_metadata(ledger, -1))
         d.addCallback(lambda _: log.info("deleted ledger %s", ledger))
         return d
 
@@ -227,5 +322,9 @@ class AsyncBookKeeper:
         self._closed = True
         if self._cancel_watch is not None:
             self._cancel_watch()
+        if self._cancel_rack_watch is not None:
+            self._cancel_rack_watch()
+        if self._disk_weights is not None:
+            self._disk_weights.stop()
         yield self.bookie_client.close()
         yield self.driver.close()

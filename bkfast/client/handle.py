@@ -17,6 +17,7 @@ from bkfast.meta.driver import Versioned
 
 from . import reads
 from .entries import DigestContext
+from .stats import stats_of
 
 __all__ = ["LedgerHandle"]
 
@@ -31,6 +32,7 @@ class LedgerHandle:
         self.reactor = bk.reactor
         self.conf = bk.conf
         self.bookie_client = bk.bookie_client
+        self._stats = stats_of(bk)
         self.ledger = ledger
         self.scope_id = ledger.scope_id
         self.ledger_id = ledger.ledger_id
@@ -102,7 +104,7 @@ class LedgerHandle:
     def _read(self, first: int, last: int) -> defer.Deferred:
         if first == last and first in self._tail_cache:
             return defer.succeed([self._tail_cache.pop(first)])
-        return reads.read_entries(self, first, last)
+        return self._stats.time("read", reads.read_entries(self, first, last))
 
     def read_entry(self, entry_id: int) -> defer.Deferred:
         return self.read_entries(entry_id, entry_id).addCallback(lambda entries: entries[0])
@@ -125,7 +127,7 @@ class LedgerHandle:
             self._observe_lac(lac)
             return self.last_add_confirmed
 
-        return reads.read_explicit_lac(self).addCallback(got)
+        return self._stats.time("read_lac", reads.read_explicit_lac(self)).addCallback(got)
 
     def read_lac_long_poll(self, previous_lac: int | None = None, timeout_ms: int = 10000) -> defer.Deferred:
         """Wait (up to `timeout_ms`) until a bookie knows a LAC beyond `previous_lac` (default: the
@@ -134,7 +136,13 @@ class LedgerHandle:
             previous_lac = self.last_add_confirmed
         if self.metadata.is_closed:
             return defer.succeed(self.last_add_confirmed)
-        return reads.read_lac_long_poll(self, previous_lac, timeout_ms)
+        d = self._stats.time("read_lac_and_entry", reads.read_lac_long_poll(self, previous_lac, timeout_ms))
+        if self._stats.enabled:
+            def count(lac):     # Java's LAC_UPDATE_HITS / _MISSES: did the poll learn a newer LAC?
+                (self._stats.lac_update_hits if lac > previous_lac else self._stats.lac_update_misses).inc()
+                return lac
+            d.addCallback(count)
+        return d
 
     @defer.inlineCallbacks
     def refresh_metadata(self):

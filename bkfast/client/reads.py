@@ -72,6 +72,8 @@ class _ReadBatch:
                                   (int(handle.digest.digest_type), handle.digest.mac_key, handle.scope_id),
                                   self._failed, self._finished, _plain_read_frame, self.v3,
                                   scope_field(handle.scope_id))
+        if handle.conf.get("reorderReadSequenceEnabled"):
+            self.core.write_sets.update(_reordered_write_sets(handle.bk, md))
         spec_ms = handle.conf.get("speculativeReadTimeout")
         self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
         self.read_timeout = client.read_timeout
@@ -114,6 +116,7 @@ class _ReadBatch:
                                            f"{h.ledger_id}, entry {read.entry_id}")
         elif isinstance(error, BKDigestMatchException):
             log.warning("ledger %d entry %d: replica failed verification: %s", h.ledger_id, read.entry_id, error)
+            h._stats.read_dm.inc()
         read.errors.append(error)
         core = self.core
         if core.closed or core.send_next(read) or read.outstanding:
@@ -144,10 +147,29 @@ class _ReadBatch:
         if self.speculative_s is not None and not core.closed:
             for read in list(core.in_flight.values()):
                 if not read.done and now - read.sent_at >= self.speculative_s and core.send_next(read):
+                    self.handle._stats.speculative_reads.inc()
                     log.info("ledger %d entry %d: speculative read to %s", self.handle.ledger_id, read.entry_id,
                              read.bookies[read.next_index - 1])
         if core.closed and not core.in_flight:
             self.sweeper.stop()
+
+
+def _reordered_write_sets(bk, md) -> dict[int, list[str]]:
+    """reorderReadSequenceEnabled: the order the placement policy asks each write set's replicas in (local
+    rack/region first; read-only, slow and gone bookies last), keyed as ReadBatchCore keys its write sets
+    (segment * E + first position)."""
+    placement = getattr(bk, "placement", None)
+    if placement is None:
+        return {}
+    e, w = md.ensemble_size, md.write_quorum_size
+    slow = bk.recently_failed
+    out = {}
+    for segment, (_first, ensemble) in enumerate(md.ensembles):
+        for base in range(e):
+            order = placement.reorder_read_sequence(ensemble, write_set(base, e, w), bk.writable_bookies,
+                                                    bk.read_only_bookies, slow)
+            out[segment * e + base] = [ensemble[i] for i in order]
+    return out
 
 
 def _plain_read_frame(ledger_id: int, entry_id: int) -> bytes:
@@ -306,6 +328,7 @@ def read_lac_long_poll(handle, previous_lac: int, timeout_ms: int) -> defer.Defe
         # (a Java bookie answers EBADREQ to any other entry id; see the captured v3 session vectors).
         d = handle.bookie_client.read_entry_long_poll(bookie, handle.ledger_id, -1, previous_lac,
                                                       timeout_ms, scope_id=handle.scope_id)
+        handle._stats.time("read_lac_and_entry_response", d)
         d.addCallbacks(ok, error, callbackArgs=(bookie,), errbackArgs=(bookie,))
     return result
 

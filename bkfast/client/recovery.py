@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 
+from bkfast._stats import now_ns
 from bkfast.errors import BKLedgerRecoveryException, BKMetadataVersionException, BKNoSuchEntryException
 from bkfast.meta.driver import Versioned
 from bkfast.meta.ledger_metadata import LedgerState
 
 from . import reads
+from .stats import stats_of
 from .write_handle import WriteHandle
 
 __all__ = ["recover_ledger"]
@@ -44,7 +46,20 @@ def _ignore_outcome(error, entry_id, ctx) -> None:
 
 
 async def recover_ledger(bk, ledger, versioned: Versioned, password: bytes) -> Versioned:
-    """Recover and close `ledger`; returns the CLOSED metadata."""
+    """Recover and close `ledger`; returns the CLOSED metadata. Recorded as the client's LEDGER_RECOVER (and
+    LEDGER_RECOVER_READ_ENTRIES / _ADD_ENTRIES: the entries read past the LAC and re-added)."""
+    stats = stats_of(bk)
+    start = now_ns()
+    try:
+        closed = await _recover(bk, ledger, versioned, password, stats)
+    except BaseException:
+        stats.recover.fail_since(start)
+        raise
+    stats.recover.ok_since(start)
+    return closed
+
+
+async def _recover(bk, ledger, versioned: Versioned, password: bytes, stats) -> Versioned:
     in_recovery = await _mark_in_recovery(bk, ledger, versioned)
     if in_recovery is None:
         return await bk.driver.read_ledger_metadata(ledger) if not versioned.metadata.is_closed else versioned
@@ -90,6 +105,8 @@ async def recover_ledger(bk, ledger, versioned: Versioned, password: bytes) -> V
     if handle._error is not None:
         raise BKLedgerRecoveryException(f"ledger {ledger.ledger_id}: recovery adds failed: {handle._error}")
     await handle._close()
+    stats.recover_reads.ok_value(recovered)
+    stats.recover_adds.ok_value(recovered)
     log.info("ledger %d recovered: %d entries re-added, closed at entry %d (%d bytes)", ledger.ledger_id, recovered,
              handle.last_add_confirmed, handle.length)
     return Versioned(handle.metadata, handle.metadata_version)

@@ -23,6 +23,7 @@ from functools import partial
 from twisted.internet import defer, task
 
 from bkfast._clientpath import AddTracker, PendingAdd
+from bkfast._stats import now_ns
 from bkfast.codec import encode_add_request_for_entry
 from bkfast.errors import (
     BKDuplicateEntryIdException,
@@ -42,7 +43,7 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
 from .entry_size import max_entry_size, too_large
 from .handle import LedgerHandle
-from .placement import choose_replacements
+from .stats import timed
 from .throttle import AddThrottle
 
 __all__ = ["WriteHandle", "WriteHandleAdv"]
@@ -54,15 +55,17 @@ ALL_POSITIONS = (1 << 64) - 1
 _V3_ADD_ONLY = pb.Request()        # only its addRequest is ever set (see _make_v3_add)
 
 
-def _replacements(bk, ensemble, failed, scope_id, excluded):
-    """New members for the `failed` bookies of `ensemble`, never one of `excluded`: preferably not ones
-    that failed lately either, but, as Java's BookieWatcher does with quarantined bookies, those too
+def _replacements(bk, md, ensemble, failed, scope_id, excluded):
+    """New members for the `failed` bookies of `ensemble`, chosen by the client's placement policy
+    (`bk.placement`: the write quorums keep their racks/zones/regions), never one of `excluded`: preferably
+    not ones that failed lately either, but, as Java's BookieWatcher does with quarantined bookies, those too
     rather than none at all."""
+    w, a = md.write_quorum_size, md.ack_quorum_size
     try:
-        return choose_replacements(bk.writable_bookies, ensemble, failed | excluded | bk.recently_failed,
-                                   scope_id)
+        return bk.placement.replace_bookies(bk.writable_bookies, ensemble, w, a, failed, scope_id,
+                                            excluded | bk.recently_failed)
     except BKNotEnoughBookiesException:
-        return choose_replacements(bk.writable_bookies, ensemble, failed | excluded, scope_id)
+        return bk.placement.replace_bookies(bk.writable_bookies, ensemble, w, a, failed, scope_id, excluded)
 
 
 class WriteHandle(LedgerHandle):
@@ -92,6 +95,7 @@ class WriteHandle(LedgerHandle):
                                 self._slow_send, self._make_v3_add if self._v3 else self._make_frame,
                                 self._position_failed, self._drained, self._v3, self.ledger_id)
         self.last_add_pushed = lac
+        self._set_fault_domains(md.last_ensemble[1])
         self._max_entry = max_entry_size(client.max_frame_size)
         throttle = self.conf.get("throttle")
         self._throttle = AddThrottle(throttle, self.reactor) if throttle > 0 and not recovery else None
@@ -121,6 +125,13 @@ class WriteHandle(LedgerHandle):
         if fast and client.add_timeout > 0:
             self._timeout_loop = task.LoopingCall(self._sweep_timeouts)
             self._timeout_loop.clock = self.reactor
+
+    def _set_fault_domains(self, ensemble) -> None:
+        """enforceMinNumFaultDomainsForWrite: the tracker completes an add only once its acknowledgements
+        come from enough racks/zones of the placement policy (Java's areAckedBookiesAdheringToPlacementPolicy)."""
+        placement = getattr(self.bk, "placement", None)
+        rule = placement.fault_domains(tuple(ensemble), self.metadata.write_quorum_size) if placement else None
+        self._core.domains, self._core.min_domains = (rule[0], rule[1]) if rule else (None, 0)
 
     # LAC and confirmed length live in the tracker (LedgerHandle.__init__ sets the LAC before it exists)
     @property
@@ -198,12 +209,26 @@ class WriteHandle(LedgerHandle):
         self.length += len(data)
         if d is None and callback is None:
             d = defer.Deferred()
+        if self._stats.enabled:
+            callback, d = self._timed_add(callback, d)
         loop = self._timeout_loop
         if loop is not None and not loop.running and self._error is None:
             loop.start(self._timeout_interval, now=False)
         self._core.push(PendingAdd(entry_id, self.digest.encode(entry_id, self._core.lac, self.length, data),
                                    self.length, d, callback, ctx))
         return d
+
+    def _timed_add(self, callback, d):
+        """ADD_ENTRY of one add (a client with stats only): its latency when it completes or fails."""
+        stat, start = self._stats.add, now_ns()
+        if callback is None:
+            return None, self._stats.time("add", d, start)
+
+        def completed(error, entry_id, ctx):
+            (stat.ok_since if error is None else stat.fail_since)(start)
+            callback(error, entry_id, ctx)
+
+        return completed, d
 
     def _make_frame(self, pending) -> bytes:
         # (recovery adds, which carry flags, take the general path: see __init__)
@@ -345,7 +370,8 @@ class WriteHandle(LedgerHandle):
                 excluded = self._failed_while_stuck - failed
                 self._failed_while_stuck |= failed
                 try:
-                    new_ensemble = _replacements(self.bk, ensemble, failed, self.scope_id, excluded)
+                    new_ensemble = timed(self._stats.replace_bookie, _replacements, self.bk, md, ensemble, failed,
+                                         self.scope_id, excluded)
                 except BKNotEnoughBookiesException as exc:
                     if excluded:
                         exc = BKNotEnoughBookiesException(
@@ -371,6 +397,7 @@ class WriteHandle(LedgerHandle):
                 self.metadata, self.metadata_version = versioned.metadata, versioned.version
                 self._failed_bookies -= failed
                 self.bk.note_failed_bookies(failed)
+                self._stats.ensemble_changes.inc()
                 replaced = 0
                 for position, (old, new) in enumerate(zip(ensemble, new_ensemble, strict=True)):
                     if old != new:
@@ -378,6 +405,7 @@ class WriteHandle(LedgerHandle):
                 log.info("ledger %d: ensemble change at entry %d: %s -> %s", self.ledger_id, new_first,
                          ",".join(ensemble), ",".join(new_ensemble))
                 # acks of replaced bookies no longer count; their adds go to the replacements
+                self._set_fault_domains(new_ensemble)
                 core.release_positions(replaced)
                 for pending in list(core.pending):
                     if pending.queued:              # (adds queued during the change are sent below)
@@ -405,8 +433,8 @@ class WriteHandle(LedgerHandle):
         self._explicit_lac_written = lac
         buffer = self.digest.encode_lac(lac)
         for bookie in self.metadata.last_ensemble[1]:
-            d = self.bookie_client.write_lac(bookie, self.ledger_id, self.digest.master_key, lac, buffer,
-                                             scope_id=self.scope_id)
+            d = self._stats.time("write_lac", self.bookie_client.write_lac(
+                bookie, self.ledger_id, self.digest.master_key, lac, buffer, scope_id=self.scope_id))
             d.addErrback(lambda f, b=bookie: log.info("ledger %d: explicit LAC %d to %s failed: %s",
                                                       self.ledger_id, lac, b, f.value))
 
@@ -435,7 +463,7 @@ class WriteHandle(LedgerHandle):
     def force(self) -> defer.Deferred:
         """Wait for every add pushed so far, then make the bookies of the ensemble sync the ledger's
         journal (FORCE_LEDGER); fires with the last entry id covered."""
-        return defer.ensureDeferred(self._force())
+        return self._stats.time("force", defer.ensureDeferred(self._force()))
 
     async def _close(self) -> None:
         if self._closed:

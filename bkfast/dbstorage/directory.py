@@ -32,11 +32,22 @@ import threading
 import time
 from pathlib import Path
 
+from bkfast._stats import now_ns
 from bkfast.codec import peek_entry_ids
+from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported, tests and benchmarks use them)
+    FLUSH_PACE_LEAD,
+    FLUSH_PACE_MIN_BYTES_PER_S,
+    FLUSH_PACE_SLEEP_S,
+    FLUSH_SLICE_BYTES,
+    FLUSH_SLICE_ENTRIES,
+    Pacer,
+    SliceWriter,
+)
 from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
 from bkfast.dbstorage.read_cache import ReadCache
-from bkfast.dbstorage.write_cache import ENTRY_OVERHEAD, WriteCache
+from bkfast.dbstorage.stats import DbDirStats
+from bkfast.dbstorage.write_cache import WriteCache
 from bkfast.errors import (
     BKIllegalOpException,
     BKNoSuchLedgerExistsException,
@@ -44,6 +55,7 @@ from bkfast.errors import (
     ledger_name,
     missing_entry_error,
 )
+from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
@@ -53,19 +65,6 @@ log = logging.getLogger(__name__)
 _LONG = struct.Struct(">q")
 _READ_AHEAD_MAX_BYTES = 4 << 20  # cap per miss when dbStorage_readAheadCacheBatchBytesSize is off
 _MAX_RUN_CONTINUATIONS = 4096   # ledgers whose next read-ahead start is remembered (cleared when full)
-# A flush writes and indexes a ledger's run in slices of at most this many entries / bytes.
-FLUSH_SLICE_ENTRIES = 1024
-FLUSH_SLICE_BYTES = 1 << 20
-# Paced flushes (background and checkpoint flushes while adds keep arriving) write a half no faster than
-# needed to stay FLUSH_PACE_LEAD (a fraction of a half) ahead of the adds filling the other half, and never
-# slower than FLUSH_PACE_MIN_BYTES_PER_S. Why: bookies sharing a disk (or the client's WQ copies) fill
-# their halves at the same rate and flushed them at the same moment, each as fast as it could: ~100 MB
-# of pwrite + writeback in ~200 ms saturated the disk and both cores, and the open-loop p99/p99.9 of
-# every bookie came from those windows (3 bookies x 16,700 adds/s: p99 ~30 ms). Spread over the fill
-# time, the same bytes cost the disk ~1/5 of its bandwidth and the reactors keep their CPU.
-FLUSH_PACE_LEAD = 0.25
-FLUSH_PACE_MIN_BYTES_PER_S = 16 << 20
-FLUSH_PACE_SLEEP_S = 0.002
 FULL_DISK_MAX_WAIT_S = 0.5   # an add's wait for cache room while the index is read-only (full disk)
 
 
@@ -73,7 +72,8 @@ class SingleDirectoryDbLedgerStorage:
     """Entries and ledger metadata of the ledgers a DbLedgerStorage routes to one directory."""
 
     def __init__(self, ledger_dir, index_dir, conf, entry_logger: EntryLogger | None = None, *,
-                 write_cache_bytes: int, read_cache_bytes: int):
+                 write_cache_bytes: int, read_cache_bytes: int, stats: StatsLogger | None = None):
+        """`stats`: the `bookie` scope logger; this directory's stats carry its indexDir and ledgerDir."""
         self.ledger_dir = Path(ledger_dir)
         self.index_dir = Path(index_dir)
         current = self.index_dir / "current"
@@ -101,6 +101,17 @@ class SingleDirectoryDbLedgerStorage:
         # sequential reader's next miss is read from there without a location-index lookup (see get_entry).
         self._run_continuations: dict[int, tuple[int, int, int]] = {}
         self._flush_lock = threading.Lock()
+        logger = stats if stats is not None else StatsRegistry(enabled=False).logger()
+        self.stats_logger = logger.scope_label("indexDir", str(current)).scope_label(
+            "ledgerDir", str(self.ledger_dir / "current"))
+        self._stats = DbDirStats(self.stats_logger, self._write_cache, self._read_cache, self._locations,
+                                 self._ledgers)
+        self._locations.lookup_stats = self._stats.lookup_entry_location
+        self._write_cache.throttle_stats = self._stats.throttled_write
+        # Counted on the hot paths with one C call each (see bkfast.dbstorage.stats).
+        self._pending_adds, self._pending_high_adds = self._stats.pending_adds, self._stats.pending_high_adds
+        self._memory_write_hits = self._stats.memory_write_cache_hits
+        self._memory_read_hits = self._stats.memory_read_cache_hits
         # Test hooks (0 in production): make entry-log reads / write-cache flushes slow on purpose, so
         # tests can show what a slow disk does to the rest of the bookie.
         self._test_read_delay_s = max(conf.get("testEntryLogReadDelayMs"), 0) / 1000.0
@@ -150,20 +161,32 @@ class SingleDirectoryDbLedgerStorage:
 
     # -- entries -----------------------------------------------------------------------------------
 
-    def add_entry(self, entry_bytes) -> tuple[int, int, int]:
-        """Store an entry as received; its ids come from its own header."""
+    def add_entry(self, entry_bytes, high_priority: bool = False) -> tuple[int, int, int]:
+        """Store an entry as received; its ids come from its own header. `high_priority` (a recovery
+        add): its add_entry stat is Java's BookieHighPriorityThread's, not BookieWriteThreadPool's."""
         _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
-        self.put_entry(scope_id, ledger_id, entry_id, entry_bytes)
+        self.put_entry(scope_id, ledger_id, entry_id, entry_bytes, high_priority)
         return scope_id, ledger_id, entry_id
 
-    def put_entry(self, scope_id: int, ledger_id: int, entry_id: int, entry_bytes) -> None:
-        """add_entry with the ids already peeked (the multi-directory router has them)."""
+    def put_entry(self, scope_id: int, ledger_id: int, entry_id: int, entry_bytes,
+                  high_priority: bool = False) -> None:
+        """add_entry with the ids already peeked (the multi-directory router has them). The add is
+        counted (one C call); record_adds gives the count its latency."""
         if ledger_id < 0 or entry_id < 0:
             raise BKIllegalOpException(f"entry {entry_id} of ledger {ledger_id}: ids must not be negative")
         if self._closed:
             raise ValueError("the ledger storage is closed")
         data = entry_bytes if type(entry_bytes) is bytes else bytes(entry_bytes)
         self._write_cache.put(ledger_id if not scope_id else (scope_id << 64) | ledger_id, entry_id, data)
+        (self._pending_high_adds if high_priority else self._pending_adds).inc()
+
+    def record_adds(self, nanos_each: int) -> None:
+        """The adds stored since the last call took `nanos_each` each (add_entry stats; the Bookie's)."""
+        self._stats.record_adds(nanos_each)
+
+    def record_memory_reads(self, nanos_each: int) -> None:
+        """The get_entry_cached hits since the last call took `nanos_each` each (read_entry, cache hits)."""
+        self._stats.record_memory_reads(nanos_each)
 
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
         return missing_entry_error(self._ledgers.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
@@ -176,8 +199,12 @@ class SingleDirectoryDbLedgerStorage:
         key = ledger_id if not scope_id else (scope_id << 64) | ledger_id  # qualified_key, inlined
         data = self._write_cache.get(key, entry_id)
         if data is not None:
+            self._memory_write_hits.inc()
             return data
-        return self._read_cache.get(key, entry_id)
+        data = self._read_cache.get(key, entry_id)
+        if data is not None:
+            self._memory_read_hits.inc()
+        return data
 
     def set_room_listener(self, listener) -> None:
         """Non-waiting adds (see WriteCache.room_listener)."""
@@ -186,13 +213,30 @@ class SingleDirectoryDbLedgerStorage:
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         if entry_id < 0:
             return self._get_last_entry(scope_id, ledger_id)
+        stats = self._stats
+        reads = stats.reads.get()
+        t0 = now_ns()
         key = ledger_id if not scope_id else (scope_id << 64) | ledger_id  # qualified_key, inlined
-        data = self._write_cache.get(key, entry_id)
-        if data is not None:
-            return data
-        data = self._read_cache.get(key, entry_id)
-        if data is not None:
-            return data
+        try:
+            data = self._write_cache.get(key, entry_id)
+            if data is not None:
+                stats.write_cache_hits.inc()
+            else:
+                stats.write_cache_misses.inc()
+                data = self._read_cache.get(key, entry_id)
+                if data is not None:
+                    stats.read_cache_hits.inc()
+                else:
+                    stats.read_cache_misses.inc()
+                    data = self._read_from_disk(key, scope_id, ledger_id, entry_id, reads)
+        except BaseException:
+            reads.read_entry.fail_since(t0)
+            raise
+        reads.read_entry.ok_since(t0)
+        return data
+
+    def _read_from_disk(self, key: int, scope_id: int, ledger_id: int, entry_id: int, reads) -> bytes:
+        """A read neither cache answered: a run continuation, or the location index and the entry log."""
         continuation = self._run_continuations.pop(key, None)
         if continuation is not None and continuation[0] == entry_id:
             # A catch-up reader's next entry, where the last read-ahead run ended. Reading it there skips
@@ -207,7 +251,9 @@ class SingleDirectoryDbLedgerStorage:
             if data is not None:
                 self.continuation_reads += 1
                 return data
+        t0 = now_ns()
         location = self._locations.get(scope_id, ledger_id, entry_id)
+        reads.locations_time.add(now_ns() - t0)
         if location is None:
             # The entry may have left the write cache for the index between the two lookups.
             data = self._write_cache.get(key, entry_id)
@@ -216,6 +262,7 @@ class SingleDirectoryDbLedgerStorage:
             raise self._missing(scope_id, ledger_id, entry_id)
         if self._test_read_delay_s:
             time.sleep(self._test_read_delay_s)
+        t0 = now_ns()
         try:
             data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
         except (StorageCorruptionError, ValueError, OSError):
@@ -226,6 +273,8 @@ class SingleDirectoryDbLedgerStorage:
                 raise
             location = moved
             data = self._entry_logger.read_entry(ledger_id, entry_id, location, scope_id)
+        finally:
+            reads.entrylog_time.add(now_ns() - t0)
         if self._read_ahead_on:
             self._read_ahead(key, scope_id, ledger_id, location + len(data) + 4, len(data))
         return data
@@ -253,11 +302,13 @@ class SingleDirectoryDbLedgerStorage:
         count = self._read_ahead_count + (1 if with_first else 0)
         # Bytes to read: as much as batch-size entries like this one would take, within the byte cap.
         budget = min(self._read_ahead_bytes, count * (size + 4))
+        t0 = now_ns()
         try:
             run = self._entry_logger.read_run(scope_id, ledger_id, next_location, count, budget)
         except Exception as e:  # read-ahead is an optimisation: the entry asked for is already read
             log.debug("read-ahead after %s failed: %s", ledger_name(scope_id, ledger_id), e)
-            return None
+            run = None
+        self._read_ahead_done(run, t0)
         if run:
             self._read_cache.put_run(key, run)
             last_entry, last_location, last_data = run[-1]
@@ -270,6 +321,13 @@ class SingleDirectoryDbLedgerStorage:
                     continuations.clear()
                 continuations[key] = (last_entry + 1, last_location + len(last_data) + 4, len(last_data))
         return run
+
+    def _read_ahead_done(self, run: list | None, t0: int) -> None:
+        """Java's readahead stats of one run: entries, bytes (entry bytes, no length fields) and time."""
+        stats = self._stats
+        stats.reads.get().readahead_time.add(now_ns() - t0)
+        stats.readahead_batch_count.ok_value(len(run) if run else 0)
+        stats.readahead_batch_size.ok_value(sum(len(data) for _, _, data in run) if run else 0)
 
     def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
         """Highest entry id stored for the ledger (write cache or index), -1 when none."""
@@ -341,58 +399,87 @@ class SingleDirectoryDbLedgerStorage:
         """Make every entry added before the call durable and indexed; sync ledger metadata.
 
         `paced`: while adds keep arriving, write no faster than needed to stay ahead of them (see
-        FLUSH_PACE_LEAD); the durability contract is the same, the flush only takes longer."""
+        FLUSH_PACE_LEAD); the durability contract is the same, the flush only takes longer. A flush
+        that wrote entries is one `flush` event (and `flush_size`, the entry bytes written), as Java's."""
+        stats = self._stats
         with self._flush_lock:
-            while True:
-                half, retry = self._write_cache.begin_flush()
-                t_start = time.perf_counter()
-                if half.count and self._test_flush_delay_s:
-                    time.sleep(self._test_flush_delay_s)
-                if half.count:
-                    batch = LocationBatch()
-                    pace = not self._closed
-                    pacer = _Pacer(self._write_cache, half.size, t_start) if paced and pace and not retry else None
-                    writer = _SliceWriter(self._entry_logger, batch, pacer, pace)
-                    for key, entry_ids, datas in half.sorted_runs():
-                        scope_id, ledger_id = split_key(key)
-                        n = len(datas)
-                        if n == 1:
-                            writer.add(scope_id, ledger_id, entry_ids, datas, len(datas[0]))
-                            continue
-                        # Slices of <= ~1 MiB or FLUSH_SLICE_ENTRIES with a GIL hand-over (sleep(0)) after
-                        # each, whatever the number of ledgers in it: a C call over a whole half (memcpy of
-                        # 170k entries into the log buffer) held the GIL >100 ms and drove the open-loop
-                        # p99, while a hand-over per ledger cost ~70 us each (the timer slack of sleep(0)):
-                        # 81 s to stop a bookie holding 1,000,000 one-entry ledgers.
-                        i = 0
-                        while i < n:
-                            step = max(1, min(FLUSH_SLICE_ENTRIES, FLUSH_SLICE_BYTES // (len(datas[i]) + 1)))
-                            j = min(n, i + step)
-                            if i == 0 and j == n:
-                                writer.add(scope_id, ledger_id, entry_ids, datas, sum(map(len, datas)))
-                            else:
-                                part = datas[i:j]
-                                writer.add(scope_id, ledger_id, entry_ids[i:j], part, sum(map(len, part)))
-                            i = j
-                    writer.write()
-                    self.flush_slices += writer.slices
-                    self.flushed_entries += half.count
-                    datas = entry_ids = None        # end_flush frees the half in slices: hold no refs
-                    t_written = time.perf_counter()
-                    self._entry_logger.flush()      # entries durable ...
-                    t_synced = time.perf_counter()
-                    self._locations.commit(batch)   # ... before the index points at them
-                    t_indexed = time.perf_counter()
-                self._write_cache.end_flush()
-                if half.count and log.isEnabledFor(logging.DEBUG):
-                    log.debug("flush of %s: %d entries, %d bytes; write %.1f ms, entry-log sync %.1f ms, index "
-                              "commit %.1f ms, free %.1f ms; started at monotonic %.4f", self.ledger_dir,
-                              half.count, half.size, (t_written - t_start) * 1e3, (t_synced - t_written) * 1e3,
-                              (t_indexed - t_synced) * 1e3, (time.perf_counter() - t_indexed) * 1e3, t_start)
-                if not retry:
-                    break
-            self._ledgers.sync()
+            t0 = now_ns()
+            flushed = -1                # entry bytes written; -1: no half had entries
+            try:
+                while True:
+                    half, retry = self._write_cache.begin_flush()
+                    times = None
+                    if half.count:
+                        flushed = max(flushed, 0)
+                        times = self._flush_half(half, retry, paced)
+                        flushed += times[0]
+                    self._write_cache.end_flush()
+                    if times is not None and log.isEnabledFor(logging.DEBUG):
+                        self._log_flush(half, *times[1:])
+                    if not retry:
+                        break
+                t_index = now_ns()
+                self._ledgers.sync()
+            except BaseException:
+                if flushed >= 0:
+                    stats.flush.fail_since(t0)
+                raise
+            if flushed >= 0:
+                stats.flush_ledger_index.ok_since(t_index)
+                stats.flush.ok_since(t0)
+                stats.flush_size.ok_value(flushed)
             self.last_flush_error = None
+
+    def _flush_half(self, half, retry: bool, paced: bool) -> tuple[int, float, float, float, float]:
+        """Write a half to the entry log, sync it, commit its locations. Returns its entry bytes and the
+        perf_counter times the flush started, wrote, synced and indexed (for the debug log)."""
+        t_start = time.perf_counter()
+        if self._test_flush_delay_s:
+            time.sleep(self._test_flush_delay_s)
+        batch = LocationBatch()
+        pace = not self._closed
+        pacer = Pacer(self._write_cache, half.size, t_start) if paced and pace and not retry else None
+        writer = SliceWriter(self._entry_logger, batch, pacer, pace)
+        for key, entry_ids, datas in half.sorted_runs():
+            scope_id, ledger_id = split_key(key)
+            n = len(datas)
+            if n == 1:
+                writer.add(scope_id, ledger_id, entry_ids, datas, len(datas[0]))
+                continue
+            # Slices of <= ~1 MiB or FLUSH_SLICE_ENTRIES with a GIL hand-over (sleep(0)) after each,
+            # whatever the number of ledgers in it: a C call over a whole half (memcpy of 170k entries into
+            # the log buffer) held the GIL >100 ms and drove the open-loop p99, while a hand-over per ledger
+            # cost ~70 us each (the timer slack of sleep(0)): 81 s to stop a bookie holding 1,000,000
+            # one-entry ledgers.
+            i = 0
+            while i < n:
+                step = max(1, min(FLUSH_SLICE_ENTRIES, FLUSH_SLICE_BYTES // (len(datas[i]) + 1)))
+                j = min(n, i + step)
+                if i == 0 and j == n:
+                    writer.add(scope_id, ledger_id, entry_ids, datas, sum(map(len, datas)))
+                else:
+                    part = datas[i:j]
+                    writer.add(scope_id, ledger_id, entry_ids[i:j], part, sum(map(len, part)))
+                i = j
+        writer.write()
+        self.flush_slices += writer.slices
+        self.flushed_entries += half.count
+        datas = entry_ids = None        # end_flush frees the half in slices: hold no refs
+        t_written = time.perf_counter()
+        t0 = now_ns()
+        self._entry_logger.flush()      # entries durable ...
+        self._stats.flush_entrylog.ok_since(t0)
+        t_synced = time.perf_counter()
+        t0 = now_ns()
+        self._locations.commit(batch)   # ... before the index points at them
+        self._stats.flush_locations_index.ok_since(t0)
+        return writer.entry_bytes, t_start, t_written, t_synced, time.perf_counter()
+
+    def _log_flush(self, half, t_start: float, t_written: float, t_synced: float, t_indexed: float) -> None:
+        log.debug("flush of %s: %d entries, %d bytes; write %.1f ms, entry-log sync %.1f ms, index commit %.1f "
+                  "ms, free %.1f ms; started at monotonic %.4f", self.ledger_dir, half.count, half.size,
+                  (t_written - t_start) * 1e3, (t_synced - t_written) * 1e3, (t_indexed - t_synced) * 1e3,
+                  (time.perf_counter() - t_indexed) * 1e3, t_start)
 
     def checkpoint(self) -> None:
         """flush(paced=True), then record each index store's durable sequence number (see
@@ -405,11 +492,13 @@ class SingleDirectoryDbLedgerStorage:
         self._ledgers.record_checkpoint()
 
     def _flush_loop(self) -> None:
+        thread_time = self._stats.flush_thread_time
         while True:
             self._flush_event.wait()
             self._flush_event.clear()
             if self._closed:
                 return
+            t0 = now_ns()
             try:
                 self.flush(paced=True)
             except Exception as e:  # noqa: BLE001 - reported, and the next flush retries the same half
@@ -421,6 +510,8 @@ class SingleDirectoryDbLedgerStorage:
                         listener(e)
                     except Exception:  # noqa: BLE001 - a listener must not stop the flush thread
                         log.exception("flush error listener failed")
+            finally:
+                thread_time.add(now_ns() - t0)
 
     @property
     def read_only(self) -> bool:
@@ -473,68 +564,3 @@ class SingleDirectoryDbLedgerStorage:
                 self._locations.close()
             finally:
                 self._ledgers.close()
-
-
-class _SliceWriter:
-    """Gathers a flush's runs (any number of ledgers) into slices of <= FLUSH_SLICE_BYTES /
-    FLUSH_SLICE_ENTRIES; each slice is one entry-logger call, then its locations go into the batch and the
-    GIL is handed over once (paced or not)."""
-
-    __slots__ = ("logger", "batch", "pacer", "pace", "runs", "meta", "nbytes", "nentries", "slices")
-
-    def __init__(self, logger: EntryLogger, batch: LocationBatch, pacer: _Pacer | None, pace: bool):
-        self.logger, self.batch, self.pacer, self.pace = logger, batch, pacer, pace
-        self.runs: list = []
-        self.meta: list = []
-        self.nbytes = self.nentries = self.slices = 0
-
-    def add(self, scope_id: int, ledger_id: int, entry_ids: list[int], datas: list, nbytes: int) -> None:
-        if self.runs and (self.nbytes + nbytes > FLUSH_SLICE_BYTES
-                          or self.nentries + len(datas) > FLUSH_SLICE_ENTRIES):
-            self.write()
-        self.runs.append((ledger_id, datas))
-        self.meta.append((scope_id, ledger_id, entry_ids))
-        self.nbytes += nbytes
-        self.nentries += len(datas)
-
-    def write(self) -> None:
-        if not self.runs:
-            return
-        locations = self.logger.add_runs(self.runs)
-        self.batch.add_runs(self.meta, locations)
-        written = self.nbytes + ENTRY_OVERHEAD * self.nentries
-        self.runs, self.meta = [], []
-        self.nbytes = self.nentries = 0
-        self.slices += 1
-        if self.pacer is not None:
-            self.pacer.wrote(written)
-        elif self.pace:
-            time.sleep(0)
-
-
-class _Pacer:
-    """Sleeps between a paced flush's slices while it is ahead of the adds filling the active half."""
-
-    __slots__ = ("cache", "total", "t0", "done", "last_active")
-
-    def __init__(self, cache: WriteCache, total: int, t0: float):
-        self.cache = cache
-        self.total = max(1, total)
-        self.t0 = t0
-        self.done = 0
-        self.last_active = cache.active_size
-
-    def wrote(self, nbytes: int) -> None:
-        self.done += nbytes
-        cache = self.cache
-        progress = self.done / self.total
-        while True:
-            active = cache.active_size
-            arriving, self.last_active = active != self.last_active, active
-            # Sleep only while adds arrive (an idle bookie flushes at full speed), the flush is more than
-            # the lead ahead of the active half's fill, and it is above the minimum rate.
-            if (not arriving or progress - active / cache.half_size <= FLUSH_PACE_LEAD
-                    or self.done <= (time.perf_counter() - self.t0) * FLUSH_PACE_MIN_BYTES_PER_S):
-                time.sleep(0)   # still hand the GIL over between slices
-                return
-            time.sleep(FLUSH_PACE_SLEEP_S)

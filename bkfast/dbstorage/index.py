@@ -39,6 +39,7 @@ from rocksdict import (
     WriteBatch,
 )
 
+from bkfast._stats import OpStats, now_ns
 from bkfast.errors import StorageCorruptionError
 
 __all__ = [
@@ -254,6 +255,10 @@ class RocksStore:
 
     def get(self, key: bytes) -> bytes | None:
         return self.db.get(key)
+
+    def estimated_keys(self) -> int:
+        """RocksDB's estimate of the keys in the store (`rocksdb.estimate-num-keys`)."""
+        return self.db.property_int_value("rocksdb.estimate-num-keys") or 0
 
     # A synced write is an unsynced write followed by sync() (FlushWAL(sync=true): the WAL fsync of every
     # write so far): rocksdict holds the GIL for a whole write call, fsync included, but releases it in
@@ -501,6 +506,7 @@ class LocationIndex(ScopedStorePair):
         self._plain = RocksStore(self._dir / LOCATIONS, block_cache_bytes=block_cache_bytes)
         self._scoped: RocksStore | None = None
         self._scoped_lock = threading.Lock()
+        self.lookup_stats = OpStats(False)   # the directory's lookup_entry_location, once it has stats
         if (self._dir / LOCATIONS128).is_dir():
             self._scoped = RocksStore(self._dir / LOCATIONS128, block_cache_bytes=block_cache_bytes // 4)
 
@@ -514,14 +520,23 @@ class LocationIndex(ScopedStorePair):
         return self._scoped
 
     def get(self, scope_id: int, ledger_id: int, entry_id: int) -> int | None:
+        """The entry's location; None when it is not indexed (Java's lookup_entry_location: a failure)."""
+        t0 = now_ns()
         if not scope_id:
             value = self._plain.get(_LOC_KEY.pack(ledger_id, entry_id))
         else:
             store = self._scoped
-            if store is None:
-                return None
-            value = store.get(_LOC_KEY128.pack(scope_id, ledger_id, entry_id))
-        return None if value is None else _LONG.unpack(value)[0]
+            value = None if store is None else store.get(_LOC_KEY128.pack(scope_id, ledger_id, entry_id))
+        if value is None:
+            self.lookup_stats.fail_since(t0)
+            return None
+        self.lookup_stats.ok_since(t0)
+        return _LONG.unpack(value)[0]
+
+    def estimated_count(self) -> int:
+        """RocksDB's estimate of the indexed entries (Java's entries_count gauge)."""
+        scoped = self._scoped
+        return self._plain.estimated_keys() + (scoped.estimated_keys() if scoped is not None else 0)
 
     def commit(self, batch: LocationBatch) -> None:
         """Write a flush's locations (synced, as Java's batch.flush does), chunk by chunk (see LocationBatch)."""

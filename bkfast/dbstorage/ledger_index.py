@@ -119,6 +119,11 @@ class LedgerMetadataIndex(ScopedStorePair):
         value = self._ledgers.get(qualified_key(scope_id, ledger_id))
         return None if value is None else LedgerData.FromString(value)
 
+    @property
+    def count(self) -> int:
+        """Ledgers with a record (Java's ledgers_count gauge)."""
+        return len(self._ledgers)
+
     def exists(self, scope_id: int, ledger_id: int) -> bool:
         return qualified_key(scope_id, ledger_id) in self._ledgers
 

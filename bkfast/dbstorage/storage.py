@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.directory import SingleDirectoryDbLedgerStorage
 from bkfast.errors import ConfigurationError
+from bkfast.stats import StatsLogger
 from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["DbLedgerStorage"]
@@ -32,7 +33,8 @@ _MiB = 1024 * 1024
 _DIRECT_METHODS = (
     "set_master_key", "get_master_key", "ledger_exists", "set_fenced", "is_fenced", "set_explicit_lac",
     "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id",
-    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger", "get_entry_cached",
+    "get_last_add_confirmed", "entries_of_ledger", "delete_ledger", "get_entry_cached", "record_adds",
+    "record_memory_reads",
 )
 
 
@@ -41,7 +43,9 @@ class DbLedgerStorage:
 
     def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]],
                  index_dirs: Sequence[str | os.PathLike[str]] | None, conf,
-                 entry_logger: EntryLogger | Sequence[EntryLogger] | None = None):
+                 entry_logger: EntryLogger | Sequence[EntryLogger] | None = None, stats: StatsLogger | None = None):
+        """`stats`: the `bookie` scope logger (Java's DbLedgerStorage stats go there, each directory's with
+        its indexDir and ledgerDir labels); None records nothing."""
         ledger_dirs = list(ledger_dirs)
         index_dirs = list(index_dirs) if index_dirs else list(ledger_dirs)
         if not ledger_dirs:
@@ -67,11 +71,19 @@ class DbLedgerStorage:
             for ledger_dir, index_dir, logger in zip(ledger_dirs, index_dirs, loggers, strict=True):
                 self._dirs.append(SingleDirectoryDbLedgerStorage(
                     ledger_dir, index_dir, conf, logger,
-                    write_cache_bytes=write_cache, read_cache_bytes=read_cache))
+                    write_cache_bytes=write_cache, read_cache_bytes=read_cache, stats=stats))
         except BaseException:
             for d in self._dirs:
                 d.close()
             raise
+        # Each directory's position in entry_loggers() (a shared logger is listed once): ledger_stats_index.
+        loggers_list = self.entry_loggers()
+        self._stats_index = [next(i for i, lg in enumerate(loggers_list) if lg is d.entry_logger) for d in self._dirs]
+        if stats is not None:
+            max_size = int(conf.db_storage_write_cache_max_size_mb) * _MiB
+            batch = int(conf.db_storage_read_ahead_cache_batch_size)
+            stats.gauge("write_cache_max_size", lambda: max_size)
+            stats.gauge("readahead_max_batch_size", lambda: batch)
         if n == 1:
             # One directory routes nothing: hand out its methods (same signatures) and skip a call
             # level on the hot paths.
@@ -125,11 +137,22 @@ class DbLedgerStorage:
 
     # -- entries -----------------------------------------------------------------------------------
 
-    def add_entry(self, entry_bytes) -> tuple[int, int, int]:
-        """Store an entry as received; return its (scope_id, ledger_id, entry_id)."""
+    def add_entry(self, entry_bytes, high_priority: bool = False) -> tuple[int, int, int]:
+        """Store an entry as received; return its (scope_id, ledger_id, entry_id). `high_priority`: a
+        recovery add (its add_entry stat is the high-priority thread's)."""
         _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
-        self._dir(ledger_id, scope_id).put_entry(scope_id, ledger_id, entry_id, entry_bytes)
+        self._dir(ledger_id, scope_id).put_entry(scope_id, ledger_id, entry_id, entry_bytes, high_priority)
         return scope_id, ledger_id, entry_id
+
+    def record_adds(self, nanos_each: int) -> None:
+        """The adds stored since the last call took `nanos_each` each: every directory's add_entry stat."""
+        for d in self._dirs:
+            d.record_adds(nanos_each)
+
+    def record_memory_reads(self, nanos_each: int) -> None:
+        """The get_entry_cached hits since the last call took `nanos_each` each (read_entry, cache hits)."""
+        for d in self._dirs:
+            d.record_memory_reads(nanos_each)
 
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:
         """The stored entry; entry_id -1 reads the last entry. BKNoSuchLedgerExistsException when the
@@ -175,6 +198,17 @@ class DbLedgerStorage:
     def all_ledgers(self) -> list[tuple[int, int]]:
         """(scope_id, ledger_id) of every ledger in the index, sorted."""
         return sorted(key for d in self._dirs for key in d.all_ledgers())
+
+    def gc_stats_loggers(self) -> list[StatsLogger]:
+        """Where the garbage collector records for each of entry_loggers(): Java runs one collector per
+        directory, with the directory's labels."""
+        loggers = self.entry_loggers()
+        return [next(d.stats_logger for d in self._dirs if d.entry_logger is lg) for lg in loggers]
+
+    def ledger_stats_index(self, ledger_id: int, scope_id: int = 0) -> int:
+        """The position in entry_loggers() (and gc_stats_loggers()) of the directory holding the ledger."""
+        selector = ledger_id if not scope_id else scope_id ^ ledger_id
+        return self._stats_index[selector % len(self._dirs)]
 
     def entry_location(self, scope_id: int, ledger_id: int, entry_id: int) -> int | None:
         """The entry's current location in the index; None when it is not indexed."""

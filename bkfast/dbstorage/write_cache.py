@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import islice
 
+from bkfast._stats import OpStats, now_ns
 from bkfast.errors import StorageBusyError, WriteCacheFullError
 
 __all__ = ["ENTRY_OVERHEAD", "WriteCache", "WriteCacheHalf"]
@@ -110,6 +111,11 @@ class WriteCache:
         # flush makes room after a refused put.
         self.room_listener: Callable[[], None] | None = None
         self._room_wanted = False
+        # Java's throttled_write: an add that found the cache full, and how long until it had room. A
+        # waiting add records its own wait; refused (non-waiting) adds count here until the room comes.
+        self.throttle_stats = OpStats(False)
+        self._refused = 0
+        self._refused_since = 0
 
     @property
     def size(self) -> int:
@@ -152,21 +158,27 @@ class WriteCache:
         if self.room_listener is not None:
             # Non-waiting mode (the bookie server): refuse now, flush, and announce the room it makes.
             self._room_wanted = True
+            if not self._refused:
+                self._refused_since = now_ns()
+            self._refused += 1
             self._request_flush()
             raise StorageBusyError(f"write cache full ({self.half_size} bytes per half); flushing")
         self._wait_and_put(key, entry_id, data, need)
 
     def _wait_and_put(self, key: int, entry_id: int, data: bytes, need: int) -> None:
         deadline = time.monotonic() + self.max_wait_s
+        t0 = now_ns()
         self._request_flush()
         with self._cond:
             while True:
                 active = self._active
                 if active.size + need <= self.half_size:
                     active.put(key, entry_id, data)
+                    self.throttle_stats.ok_since(t0)
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    self.throttle_stats.fail_since(t0)
                     raise WriteCacheFullError(
                         f"write cache full: both halves hold {self.half_size} bytes and no flush made room "
                         f"within {self.max_wait_s:.3f} s")
@@ -214,6 +226,9 @@ class WriteCache:
         listener = self.room_listener
         if listener is not None and self._room_wanted:
             self._room_wanted = False
+            refused, self._refused = self._refused, 0
+            if refused:
+                self.throttle_stats.ok_ns_many(refused, now_ns() - self._refused_since)
             listener()
 
     def end_flush(self) -> None:

@@ -1,9 +1,14 @@
 """The bookie's Prometheus metrics (prometheus_client), one CollectorRegistry per bookie.
 
-Hot-path cost is kept small: label children are created once and cached (`ok` children, and one per
-error type the first time it is seen), adds/reads do one counter inc and (on success) one histogram
-observe, and the journal thread observes ONE sync latency per batch. Gauges and the journal counters
-are read at scrape time (Gauge.set_function / a custom collector), so they cost nothing between scrapes.
+Hot-path cost is kept small: nothing is recorded per add. The server counts the adds it answers per
+batch (`adds_answered`: the adds of one socket read share their acceptance and their journal completion,
+so one counter inc and one histogram call cover them all); reads answered from memory are one call per
+batch too (`reads_from_memory`). Label children are created once and cached (`ok` children, and one per
+error type the first time it is seen); the latency histograms take a batch in one locked call
+(`_BatchHistogram`, read at scrape time), and the journal thread observes ONE sync latency per batch.
+Gauges and the journal counters are read at scrape time (Gauge.set_function / a custom collector), so
+they cost nothing between scrapes. The Bookie has no per-add hook: every add it takes or refuses is
+answered, and counted, by the server.
 
 bkfast's own metrics, named `bkfast_*` so that none clashes with a Java name (Java's are bkfast.stats'):
   bkfast_add_entry_total{status}            adds answered, by status (OK or the v2 rc name, e.g. EREADONLY)
@@ -24,12 +29,14 @@ bkfast's own metrics, named `bkfast_*` so that none clashes with a Java name (Ja
 
 from __future__ import annotations
 
-from time import perf_counter
+from bisect import bisect_left
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from bkfast.errors import v2_rc_for
+from bkfast.stats import Counter as StatCounter
 
 __all__ = ["BookieMetrics", "LATENCY_BUCKETS", "SYNC_BUCKETS"]
 
@@ -42,6 +49,61 @@ def _status_name(error: BaseException) -> str:
         return v2_rc_for(error).name
     except Exception:
         return "EIO"
+
+
+class _BatchHistogram:
+    """A Prometheus histogram that takes n observations of one value in one call (a batch of requests
+    that share their latency), from any thread: its buckets and sum are bkfast.stats Counters (one C call
+    each, atomic under the GIL, no lock); exposed at scrape time (_bucket, _count, _sum)."""
+
+    def __init__(self, name: str, documentation: str, buckets, registry: CollectorRegistry):
+        self.name = name
+        self.documentation = documentation
+        self.bounds = tuple(float(b) for b in buckets)
+        self._buckets = [StatCounter() for _ in range(len(self.bounds) + 1)]   # the last: above every bound
+        self._sum_ns = StatCounter()
+        registry.register(self)
+
+    def observe(self, seconds: float, n: int = 1) -> None:
+        self._buckets[bisect_left(self.bounds, seconds)].add(n)      # the first bucket with value <= bound
+        self._sum_ns.add(int(seconds * 1e9) * n)
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        buckets, seen = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), self._buckets, strict=True):
+            seen += count.value
+            buckets.append((floatToGoString(bound), seen))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets,
+                                    sum_value=self._sum_ns.value / 1e9)
+
+
+class _StatusCounter:
+    """`<name>_total{status}`: a bkfast.stats Counter per status (one C call per record, any thread),
+    exposed at scrape time."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry):
+        self.name = name
+        self.documentation = documentation
+        self._by_status: dict[str, StatCounter] = {}
+        registry.register(self)
+
+    def child(self, status: str) -> StatCounter:
+        counter = self._by_status.get(status)
+        if counter is None:
+            counter = self._by_status.setdefault(status, StatCounter())
+        return counter
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = CounterMetricFamily(self.name, self.documentation, labels=["status"])
+        for status, counter in sorted(tuple(self._by_status.items())):
+            family.add_metric([status], float(counter.value))
+        yield family
 
 
 class _JournalCollector:
@@ -118,20 +180,19 @@ class BookieMetrics:
         self.registry = registry = registry if registry is not None else CollectorRegistry()
         self.bookie = bookie
         self.factory = factory
-        self.add_total = Counter("bkfast_add_entry", "addEntry requests answered, by status",
-                                 ["status"], registry=registry)
-        self.read_total = Counter("bkfast_read_entry", "Entry reads, by status", ["status"], registry=registry)
-        self.add_latency = Histogram("bkfast_add_entry_latency_seconds",
-                                     "Successful adds: request accepted to acknowledgement",
-                                     buckets=LATENCY_BUCKETS, registry=registry)
-        self.read_latency = Histogram("bkfast_read_entry_latency_seconds", "Successful entry reads",
-                                      buckets=LATENCY_BUCKETS, registry=registry)
+        self.add_total = _StatusCounter("bkfast_add_entry", "addEntry requests answered, by status", registry)
+        self.read_total = _StatusCounter("bkfast_read_entry", "Entry reads, by status", registry)
+        self.add_latency = _BatchHistogram("bkfast_add_entry_latency_seconds",
+                                           "Successful adds: request accepted to acknowledgement",
+                                           LATENCY_BUCKETS, registry)
+        self.read_latency = _BatchHistogram("bkfast_read_entry_latency_seconds", "Successful entry reads",
+                                            LATENCY_BUCKETS, registry)
         self.journal_sync_latency = Histogram("bkfast_journal_sync_latency_seconds",
                                               "Write + fdatasync of one synced journal batch",
                                               buckets=SYNC_BUCKETS, registry=registry)
-        # Cached children: the hot paths never call .labels().
-        self._add_ok = self.add_total.labels("OK")
-        self._read_ok = self.read_total.labels("OK")
+        # Cached children: the hot paths never look a status up.
+        self._add_ok = self.add_total.child("OK")
+        self._read_ok = self.read_total.child("OK")
         self._add_failed: dict[type, object] = {}
         self._read_failed: dict[type, object] = {}
         self._add_latency_observe = self.add_latency.observe
@@ -163,42 +224,30 @@ class BookieMetrics:
             return 0
 
     # --- hot paths ---------------------------------------------------------------------------------
-    def add_failed(self, error: BaseException) -> None:
+    def adds_answered(self, n: int, error: BaseException | None, seconds: float) -> None:
+        """The server answered n adds of one batch (error None: EOK) `seconds` after they were accepted."""
+        if error is None:
+            self._add_ok.add(n)
+            self._add_latency_observe(seconds, n)
+            return
         child = self._add_failed.get(type(error))
         if child is None:
-            child = self._add_failed[type(error)] = self.add_total.labels(_status_name(error))
-        child.inc()
+            child = self._add_failed[type(error)] = self.add_total.child(_status_name(error))
+        child.add(n)
 
     def read_failed(self, error: BaseException) -> None:
         child = self._read_failed.get(type(error))
         if child is None:
-            child = self._read_failed[type(error)] = self.read_total.labels(_status_name(error))
+            child = self._read_failed[type(error)] = self.read_total.child(_status_name(error))
         child.inc()
-
-    def timed_add(self, callback):
-        """Wrap an add's completion callback: count it by status, observe latency when it succeeded."""
-        t0 = perf_counter()
-        ok_inc = self._add_ok.inc
-        observe = self._add_latency_observe
-
-        def done(error):
-            if error is None:
-                observe(perf_counter() - t0)
-                ok_inc()
-            else:
-                self.add_failed(error)
-            callback(error)
-
-        return done
 
     def reads_from_memory(self, n: int, seconds: float) -> None:
         """n reads answered from the write or read-ahead cache in one batch that took `seconds`: each is
-        observed at the batch's mean latency."""
-        self._read_ok.inc(n)
-        mean = seconds / n
-        observe = self._read_latency_observe
-        for _ in range(n):
-            observe(mean)
+        observed at the batch's mean latency (one call)."""
+        if n <= 0:
+            return
+        self._read_ok.add(n)
+        self._read_latency_observe(seconds / n, n)
 
     def read_ok(self, seconds: float) -> None:
         self._read_latency_observe(seconds)

@@ -26,6 +26,7 @@ import struct
 import threading
 from collections.abc import Sequence
 
+from bkfast._stats import now_ns
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import (
     BKIllegalOpException,
@@ -34,6 +35,7 @@ from bkfast.errors import (
 )
 from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
 from bkfast.indexstorage.memtable import Memtable
+from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["IndexedLedgerStorage"]
@@ -48,7 +50,9 @@ class IndexedLedgerStorage:
 
     def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]],
                  index_dirs: Sequence[str | os.PathLike[str]] | None, conf, *, sorted: bool = True,
-                 entry_logger: EntryLogger | None = None):
+                 entry_logger: EntryLogger | None = None, stats: StatsLogger | None = None):
+        """`stats`: the `bookie` scope logger. Java's InterleavedLedgerStorage records STORAGE_GET_OFFSET and
+        STORAGE_GET_ENTRY there, and its garbage collector under scope `gc` (gc_stats_loggers)."""
         ledger_dirs = [str(d) for d in ledger_dirs]
         index_dirs = [str(d) for d in index_dirs] if index_dirs else list(ledger_dirs)
         if not ledger_dirs:
@@ -68,6 +72,9 @@ class IndexedLedgerStorage:
         self._add_lock = threading.Lock()     # interleaved add (log append + index put) vs delete
         self._closed = False
         self.last_flush_error: BaseException | None = None
+        self.stats_logger = stats if stats is not None else StatsRegistry(enabled=False).logger()
+        self._get_offset_stats = self.stats_logger.op_stats("STORAGE_GET_OFFSET")
+        self._get_entry_stats = self.stats_logger.op_stats("STORAGE_GET_ENTRY")
         self._memtable: Memtable | None = None
         self._flush_thread: threading.Thread | None = None
         self._flush_event = threading.Event()
@@ -110,8 +117,9 @@ class IndexedLedgerStorage:
 
     # -- entries -----------------------------------------------------------------------------------
 
-    def add_entry(self, entry_bytes) -> tuple[int, int, int]:
-        """Store an entry as received; return its (scope_id, ledger_id, entry_id)."""
+    def add_entry(self, entry_bytes, high_priority: bool = False) -> tuple[int, int, int]:
+        """Store an entry as received; return its (scope_id, ledger_id, entry_id). (`high_priority`: the
+        storages' common signature; Java's file-based storages have no per-thread add stats.)"""
         _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
         if ledger_id < 0 or entry_id < 0:
             raise BKIllegalOpException(f"entry {entry_id} of ledger {ledger_id}: ids must not be negative")
@@ -153,11 +161,24 @@ class IndexedLedgerStorage:
                 data = memtable.get((scope_id, ledger_id), entry_id)
                 if data is not None:
                     return data
+            t0 = now_ns()
             location = self._cache.get_location(scope_id, ledger_id, entry_id)
             if location is not None:
+                self._get_offset_stats.ok_since(t0)
                 break
         else:
+            self._get_offset_stats.fail_since(t0)
             raise self._missing(scope_id, ledger_id, entry_id)
+        t0 = now_ns()
+        try:
+            data = self._read_at(ledger_id, entry_id, location, scope_id)
+        except BaseException:
+            self._get_entry_stats.fail_since(t0)
+            raise
+        self._get_entry_stats.ok_since(t0)
+        return data
+
+    def _read_at(self, ledger_id: int, entry_id: int, location: int, scope_id: int) -> bytes:
         try:
             return self._logger.read_entry(ledger_id, entry_id, location, scope_id)
         except (StorageCorruptionError, ValueError, OSError):
@@ -166,6 +187,12 @@ class IndexedLedgerStorage:
             if moved is None or moved == location:
                 raise
             return self._logger.read_entry(ledger_id, entry_id, moved, scope_id)
+
+    def record_adds(self, nanos_each: int) -> None:
+        """(The storages' common contract: Java's file-based storages keep no add_entry stat.)"""
+
+    def record_memory_reads(self, nanos_each: int) -> None:
+        """(The storages' common contract: memtable hits are not Java read_entry stats.)"""
 
     def get_last_entry_id(self, ledger_id: int, scope_id: int = 0) -> int:
         """Highest stored entry id of the ledger (memtable or index), -1 when none."""
@@ -200,6 +227,13 @@ class IndexedLedgerStorage:
     def all_ledgers(self) -> list[tuple[int, int]]:
         """(scope_id, ledger_id) of every ledger in the index."""
         return self._cache.all_ledgers()
+
+    def gc_stats_loggers(self) -> list[StatsLogger]:
+        """Where the garbage collector records (Java: the storage's logger, scope `gc`, no dir labels)."""
+        return [self.stats_logger.scope("gc")]
+
+    def ledger_stats_index(self, ledger_id: int, scope_id: int = 0) -> int:
+        return 0
 
     def update_entry_locations(self, updates: list[tuple[int, int, int, int]]) -> None:
         """Point entries at new locations (compaction); ledgers deleted meanwhile are skipped.

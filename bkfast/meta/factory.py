@@ -14,11 +14,13 @@ __all__ = ["open_metadata_driver"]
 
 
 def open_metadata_driver(uri: str, **options) -> MetadataDriver:
-    """A driver for ``zk://``, ``zk+<layout>://`` or ``embedded:///path``; call ``start()`` on it."""
+    """A driver for ``zk://``, ``zk+<layout>://`` or ``embedded:///path``; call ``start()`` on it. Option
+    `stats` (a StatsLogger) is for a ZooKeeper session's stats: the embedded store has none."""
     scheme = uri.split(":", 1)[0].lower()
     if scheme == "embedded":
         from .embedded import EmbeddedMetadataDriver
 
+        options.pop("stats", None)
         return EmbeddedMetadataDriver(uri, **options)
     if scheme == "zk" or scheme.startswith("zk+"):
         from .zk_driver import ZkMetadataDriver

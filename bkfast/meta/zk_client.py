@@ -11,6 +11,14 @@ Also owns how a first connection is tried in front of an operator: kazoo logs a 
 (eight in ten seconds against a port nobody listens on) before the caller's own one-line error says the
 same; `quiet_connect_attempts` holds those back and hands their text to the caller.
 
+Also owns Java's ZooKeeperClient stats for a session handed a StatsLogger (`stats=`): every request as
+an OpStats `zk_<op>` (create, delete, exists, get_data, get_children, set_data, get_acl, set_acl, sync,
+multi: success or failure, latency from the call to its answer; an error answer such as NoNode on a read
+is a failure, `exists` of a missing node is not), `zk_create_client` (a new session after an expiry, from
+the expiry to the new session), and counters `watcher_state_<KeeperState>` of the session's states. The
+requests are timed by wrapping kazoo's *_async methods (its blocking methods call them) and transactions'
+commit_async, so no request of the session goes unrecorded; a client without `stats=` is kazoo's own.
+
 Must never: block the caller beyond `start`'s timeout, or hide a session loss (listeners still see
 LOST; the bookie registration re-creates its node on the new session at once), or an ERROR of kazoo's.
 """
@@ -21,16 +29,27 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from kazoo.client import KazooClient
-from kazoo.protocol.states import KazooState
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import KazooRetry
 
-__all__ = ["RETRY_MAX_S", "RETRY_START_S", "connection_retry", "make_zk_client", "quiet_connect_attempts"]
+from bkfast._stats import now_ns
+
+__all__ = ["RETRY_MAX_S", "RETRY_START_S", "WATCHER_STATES", "ZK_OPS", "StatsKazooClient", "ZkStats",
+           "connection_retry", "make_zk_client", "quiet_connect_attempts"]
 
 log = logging.getLogger(__name__)
 
 RETRY_START_S = 0.05
 RETRY_MAX_S = 1.0
+
+# Java's ZooKeeperClient OpStats (scope `zk`) and the KeeperState names of its watcher counters (scope
+# `watcher`, `state_<name>`), by the kazoo state the session is in when its listeners are told.
+ZK_OPS = ("create", "create_client", "delete", "exists", "get_acl", "get_children", "get_data", "multi",
+          "set_acl", "set_data", "sync")
+WATCHER_STATES = {KeeperState.CONNECTED: "SyncConnected", KeeperState.CONNECTED_RO: "ConnectedReadOnly",
+                  KeeperState.CONNECTING: "Disconnected", KeeperState.EXPIRED_SESSION: "Expired",
+                  KeeperState.AUTH_FAILED: "AuthFailed", KeeperState.CLOSED: "Closed"}
 
 
 def connection_retry(session_timeout_s: float) -> KazooRetry:
@@ -39,10 +58,115 @@ def connection_retry(session_timeout_s: float) -> KazooRetry:
     return KazooRetry(max_tries=-1, delay=RETRY_START_S, backoff=2, max_jitter=0.2, max_delay=cap)
 
 
-def make_zk_client(hosts: str, session_timeout_s: float, *, log_states: bool = True, **kwargs) -> KazooClient:
-    """A KazooClient (not started) with the quick connection retry; `kwargs` go to KazooClient."""
+class ZkStats:
+    """The stats of one ZooKeeper session under a StatsLogger (`<scope>_zk_<op>`, `<scope>_watcher_state_*`).
+    The state counters exist from the start (0 until the session is in that state)."""
+
+    def __init__(self, stats):
+        zk = stats.scope("zk")
+        self.ops = {name: zk.op_stats(name) for name in ZK_OPS}
+        watcher = stats.scope("watcher")
+        self.states = {name: watcher.counter(f"state_{name}") for name in WATCHER_STATES.values()}
+        self._expired_at: int | None = None
+
+    def timed(self, op: str, call, *args, **kwargs):
+        """`call(*args, **kwargs)` (a kazoo *_async method), its answer recorded as `op` when it comes."""
+        stat = self.ops[op]
+        start = now_ns()
+        result = call(*args, **kwargs)
+
+        def answered(done) -> None:      # kazoo's completion thread
+            if done.exception is None:
+                stat.ok_since(start)
+            else:
+                stat.fail_since(start)
+
+        result.rawlink(answered)
+        return result
+
+    def timed_multi(self, result, start: int):
+        """A transaction's answer: a failed operation inside it (kazoo answers with the exceptions in the
+        list) fails the multi, as Java's multi() throws."""
+        stat = self.ops["multi"]
+
+        def answered(done) -> None:
+            ok = done.exception is None and not any(isinstance(r, Exception) for r in done.value or ())
+            (stat.ok_since if ok else stat.fail_since)(start)
+
+        result.rawlink(answered)
+        return result
+
+    def on_state(self, keeper_state) -> None:
+        """A state change of the session (kazoo's listener thread): count it; a session that follows an
+        expiry is Java's `create_client`."""
+        name = WATCHER_STATES.get(keeper_state)
+        if name is not None:
+            self.states[name].inc()
+        if keeper_state == KeeperState.EXPIRED_SESSION:
+            self._expired_at = now_ns()
+        elif keeper_state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO) and self._expired_at is not None:
+            self.ops["create_client"].ok_since(self._expired_at)
+            self._expired_at = None
+        elif keeper_state == KeeperState.CLOSED and self._expired_at is not None:
+            self.ops["create_client"].fail_since(self._expired_at)
+            self._expired_at = None
+
+
+class _StatsTransaction(TransactionRequest):
+    def commit_async(self):
+        start = now_ns()
+        return self.client.zk_stats.timed_multi(super().commit_async(), start)
+
+
+class StatsKazooClient(KazooClient):
+    """A KazooClient whose every request and state change is recorded in a ZkStats (`zk_stats`)."""
+
+    def __init__(self, *args, zk_stats: ZkStats, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.zk_stats = zk_stats
+        self.add_listener(lambda _state: zk_stats.on_state(self.client_state))
+
+    def create_async(self, *args, **kwargs):
+        return self.zk_stats.timed("create", super().create_async, *args, **kwargs)
+
+    def delete_async(self, *args, **kwargs):
+        return self.zk_stats.timed("delete", super().delete_async, *args, **kwargs)
+
+    def exists_async(self, *args, **kwargs):
+        return self.zk_stats.timed("exists", super().exists_async, *args, **kwargs)
+
+    def get_async(self, *args, **kwargs):
+        return self.zk_stats.timed("get_data", super().get_async, *args, **kwargs)
+
+    def get_children_async(self, *args, **kwargs):
+        return self.zk_stats.timed("get_children", super().get_children_async, *args, **kwargs)
+
+    def set_async(self, *args, **kwargs):
+        return self.zk_stats.timed("set_data", super().set_async, *args, **kwargs)
+
+    def get_acls_async(self, *args, **kwargs):
+        return self.zk_stats.timed("get_acl", super().get_acls_async, *args, **kwargs)
+
+    def set_acls_async(self, *args, **kwargs):
+        return self.zk_stats.timed("set_acl", super().set_acls_async, *args, **kwargs)
+
+    def sync_async(self, *args, **kwargs):
+        return self.zk_stats.timed("sync", super().sync_async, *args, **kwargs)
+
+    def transaction(self):
+        return _StatsTransaction(self)
+
+
+def make_zk_client(hosts: str, session_timeout_s: float, *, log_states: bool = True, stats=None,
+                   **kwargs) -> KazooClient:
+    """A KazooClient (not started) with the quick connection retry; `kwargs` go to KazooClient. With a
+    StatsLogger `stats` that records (an enabled registry's), a StatsKazooClient recording Java's ZooKeeper
+    client stats under it."""
     kwargs.setdefault("connection_retry", connection_retry(session_timeout_s))
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s, **kwargs)
+    if stats is not None and stats.enabled:
+        client = StatsKazooClient(hosts=hosts, timeout=session_timeout_s, zk_stats=ZkStats(stats), **kwargs)
+    else:
+        client = KazooClient(hosts=hosts, timeout=session_timeout_s, **kwargs)
     if log_states:
         def on_state(state) -> None:          # runs on kazoo's event thread: log only
             if state == KazooState.SUSPENDED:

@@ -116,8 +116,9 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     KazooClient (it is then not stopped by close())."""
 
     def __init__(self, uri: str, zk_timeout_s: float | None = None, operation_timeout_s: float | None = None,
-                 client: KazooClient | None = None, conf=None, max_threads: int = 8):
+                 client: KazooClient | None = None, conf=None, max_threads: int = 8, stats=None):
         self.uri = uri
+        self._stats = stats          # a StatsLogger: its own session records Java's ZooKeeper client stats
         self.hosts, self.root, self.uri_layout = parse_metadata_service_uri(uri)
         if zk_timeout_s is None:
             zk_ms = conf.get("zkTimeout") if conf is not None else None
@@ -206,8 +207,10 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
 
     def _start_blocking(self) -> None:
         if self.zk is None:
-            self.zk = KazooClient(hosts=self.hosts, timeout=self.zk_timeout_s,
-                                  connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
+            from .zk_client import make_zk_client
+
+            self.zk = make_zk_client(self.hosts, self.zk_timeout_s, log_states=False, stats=self._stats,
+                                     connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
             try:
                 self.zk.start(timeout=self.operation_timeout_s)
             except KazooTimeoutError:
@@ -502,6 +505,30 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
 
         for read_only in (False, True):
             _start_watch(ChildrenWatch, self.zk, self._bookies_path(read_only), on_children)
+        return cancel
+
+    def watch_rack_table(self, listener: Callable[[dict], None]) -> Cancel:
+        """Pulsar's rack table beside the ledgers root (bkfast.meta.rack_table), delivered in the reactor."""
+        from .rack_table import rack_table_path, watch_rack_table
+
+        if not self._started or self._closed:
+            raise BKZKException(f"metadata driver {self.uri} is not started")
+        flags = {"cancelled": False}
+        self._watch_flags.append(flags)
+
+        def deliver(table):
+            if not flags["cancelled"] and not self._closed:
+                listener(table)
+
+        stop = watch_rack_table(self.zk, rack_table_path(self.root),
+                                lambda table: reactor.callFromThread(deliver, table))
+
+        def cancel():
+            flags["cancelled"] = True
+            stop()
+            if flags in self._watch_flags:
+                self._watch_flags.remove(flags)
+
         return cancel
 
     def register_bookie(self, bookie_id: str, service_info: bytes, read_only: bool = False) -> defer.Deferred:

@@ -6,6 +6,11 @@ protocol relies on it for fencing reads and long-poll answers. Finished reads go
 batches: whatever has finished when the reactor gets to it is delivered in ONE callFromThread, then the
 dirty connections are flushed once (the same coalesced writer as journal completions).
 
+Stats: each thread counts the reads it ran, those that raised something other than a BKError (a bug,
+not an answer) and those refused because its queue was full; `register_gauges` exposes them as Java's
+OrderedExecutor does (`thread_executor_*{thread="BookieReadThreadPool-OrderedExecutor-<i>-0"}`, and the
+pool's `_threads` / `_max_queue_size`), read at scrape time from another thread.
+
 Must never: touch a connection from a pool thread (results are delivered on the reactor), or let one
 thread's queue grow past `maxPendingReadRequestsPerThread` (the caller gets False and answers
 ETOOMANYREQUESTS).
@@ -18,6 +23,8 @@ import queue
 import threading
 from collections.abc import Callable
 
+from bkfast.errors import BKError
+
 log = logging.getLogger(__name__)
 
 _STOP = object()
@@ -29,9 +36,15 @@ class ReadPool:
     def __init__(self, reactor, threads: int, max_pending_per_thread: int, after_delivery: Callable[[], None]):
         self.reactor = reactor
         self.max_pending_per_thread = max_pending_per_thread if max_pending_per_thread > 0 else 1 << 62
+        self.max_queue_size = max_pending_per_thread if max_pending_per_thread > 0 else -1   # Java's: -1 unbounded
         self._after_delivery = after_delivery
         self._queues = [queue.SimpleQueue() for _ in range(max(1, threads))]
         self._pending = [0] * len(self._queues)
+        # Per thread: reads run, reads that raised a non-BKError (each written by its own thread only),
+        # reads refused with a full queue (reactor).
+        self.completed = [0] * len(self._queues)
+        self.failed = [0] * len(self._queues)
+        self.rejected = [0] * len(self._queues)
         self._lock = threading.Lock()
         self._done: list = []
         self._scheduled = False
@@ -44,10 +57,15 @@ class ReadPool:
     def size(self) -> int:
         return len(self._threads)
 
+    def thread_of(self, ledger_key: int) -> int:
+        """The index of the thread that runs the reads of this ledger."""
+        return ledger_key % len(self._queues)
+
     def submit(self, ledger_key: int, read: Callable[[], object], deliver: Callable[[object], None]) -> bool:
         """Queue `read` on the ledger's thread (reactor thread only). False: that thread's queue is full."""
         i = ledger_key % len(self._queues)
         if self._pending[i] >= self.max_pending_per_thread:
+            self.rejected[i] += 1
             return False
         self._pending[i] += 1
         self._queues[i].put((read, deliver))
@@ -70,6 +88,9 @@ class ReadPool:
                 result = read()
             except BaseException as error:  # delivered as the read's outcome
                 result = error
+                if not isinstance(error, BKError):
+                    self.failed[i] += 1
+            self.completed[i] += 1
             with self._lock:
                 self._done.append((i, deliver, result))
                 schedule = not self._scheduled
@@ -89,3 +110,17 @@ class ReadPool:
             except Exception:
                 log.exception("delivering a read failed")
         self._after_delivery()
+
+    def register_gauges(self, logger, pool_name: str) -> None:
+        """Java's executor gauges of this pool under `logger` (scope bookkeeper_server): `<pool>_threads`,
+        `<pool>_max_queue_size`, and per thread `thread_executor_{completed,queue,tasks_completed,
+        tasks_failed,tasks_rejected}{thread="<pool>-OrderedExecutor-<i>-0"}`."""
+        logger.gauge(f"{pool_name}_threads", lambda: len(self._threads))
+        logger.gauge(f"{pool_name}_max_queue_size", lambda: self.max_queue_size)
+        for i, q in enumerate(self._queues):
+            thread = logger.scope_label("thread", f"{pool_name}-OrderedExecutor-{i}-0")
+            thread.gauge("thread_executor_completed", lambda i=i: self.completed[i])
+            thread.gauge("thread_executor_queue", q.qsize)
+            thread.gauge("thread_executor_tasks_completed", lambda i=i: self.completed[i] - self.failed[i])
+            thread.gauge("thread_executor_tasks_failed", lambda i=i: self.failed[i])
+            thread.gauge("thread_executor_tasks_rejected", lambda i=i: self.rejected[i])

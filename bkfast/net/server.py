@@ -24,6 +24,11 @@ The reactor never waits:
   moves the LAC past all of them) answer only while the output is under the limit, the rest as the peer
   drains (`when_output_room`).
 
+Stats: Java's `bookkeeper_server_*` (bkfast.net.request_stats) are recorded per batch: one timestamp per
+socket read (`arrival_ns`, the arrival of every request it brought; held frames keep theirs), one call
+per batch of adds or memory reads; the factory registers Java's gauges (requests in progress, blocked
+connections, the executor gauges of the reactor as BookieWriteThreadPool's thread and of the read pool).
+
 TLS: START_TLS, the handshake and the authentication gate live in bkfast.net.tls; a connection only asks
 `gate is not None` once per run of frames (Twisted's TLS protocol then sits between it and the socket,
 and keeps it as the streaming producer, so the output bound holds under TLS too).
@@ -50,6 +55,8 @@ from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyErr
 from bkfast.net import tls as conn_tls
 from bkfast.net import v2_handler, v3_handler
 from bkfast.net.read_pool import ReadPool
+from bkfast.net.request_stats import HIGH_PRIORITY_POOL, READ_POOL, WRITE_POOL, RequestStats
+from bkfast.stats import Counter, OpStats, StatsRegistry, now_ns
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +132,64 @@ class BookieServerFactory(protocol.ServerFactory):
         threads = conf.get("numReadWorkerThreads")
         self.read_pool = ReadPool(reactor, threads, conf.get("maxPendingReadRequestsPerThread"),
                                   flush_all) if threads > 0 else None
+        self.pending_reads = 0          # reads on the read pool or waiting as long polls, all connections
+        self._init_stats()
         if hasattr(bookie, "set_room_listener"):
             bookie.set_room_listener(lambda: reactor.callFromThread(self.room_available))
         if hasattr(bookie, "add_state_listener"):
             # Turning read-only (a full disk) answers held adds at once (EREADONLY), not at the deadline.
             bookie.add_state_listener(lambda read_only: reactor.callFromThread(self.room_available))
+
+    def _init_stats(self) -> None:
+        """Java's `bookkeeper_server` stats into the Bookie's stats root (none: a registry that records
+        nothing), and the Bookie's own read stats the memory fast path records into."""
+        root = getattr(self.bookie, "stats_root", None)
+        if root is None:
+            root = StatsRegistry(enabled=False).logger()
+        pool = self.read_pool
+        self.stats = RequestStats(root, pool.size if pool is not None else 0, self.bookie)
+        self.bookie_stats = bookie_stats = getattr(self.bookie, "stats", None)
+        entry_bytes = getattr(bookie_stats, "read_entry_bytes", None)
+        read_bytes = getattr(bookie_stats, "read_bytes", None)
+        # Handed to the Cython read fast path (typed arguments): per entry size, bytes read.
+        self.entry_bytes = entry_bytes if isinstance(entry_bytes, OpStats) else None
+        self.read_bytes = read_bytes if isinstance(read_bytes, Counter) else None
+        if not isinstance(getattr(bookie_stats, "read_entry", None), OpStats):
+            self.bookie_stats = None
+        self._register_gauges()
+
+    def _register_gauges(self) -> None:
+        """Java's gauges of the request processor, read at scrape time (from another thread)."""
+        server, stats = self.stats.logger, self.stats
+        server.gauge("ADD_ENTRY_IN_PROGRESS", lambda: self.pending_adds)
+        server.gauge("READ_ENTRY_IN_PROGRESS", lambda: self.pending_reads)
+        server.gauge("ADD_ENTRY_BLOCKED", lambda: self.blocked_connections(ROOM, ADDS))
+        server.gauge("READ_ENTRY_BLOCKED", lambda: self.blocked_connections(READS))
+        # The reactor is the one thread that processes adds, as Java's default one-thread write pool.
+        server.gauge(f"{WRITE_POOL}_threads", lambda: 1)
+        server.gauge(f"{WRITE_POOL}_max_queue_size", lambda: self.max_pending_adds if self.max_pending_adds > 0 else -1)
+        reactor = server.scope_label("thread", f"{WRITE_POOL}-OrderedExecutor-0-0")
+        reactor.gauge("thread_executor_completed", lambda: stats.reactor_tasks)
+        reactor.gauge("thread_executor_queue", self.held_requests)
+        reactor.gauge("thread_executor_tasks_completed", lambda: stats.reactor_tasks - stats.reactor_failed)
+        reactor.gauge("thread_executor_tasks_failed", lambda: stats.reactor_failed)
+        reactor.gauge("thread_executor_tasks_rejected", lambda: stats.reactor_rejected)
+        if self.read_pool is not None:
+            self.read_pool.register_gauges(server, READ_POOL)
+        else:                           # numReadWorkerThreads=0: reads run on the reactor
+            server.gauge(f"{READ_POOL}_threads", lambda: 0)
+            server.gauge(f"{READ_POOL}_max_queue_size", lambda: 0)
+        # No high-priority pool: fencing reads go to the read pool, recovery adds run with the others.
+        server.gauge(f"{HIGH_PRIORITY_POOL}_threads", lambda: 0)
+        server.gauge(f"{HIGH_PRIORITY_POOL}_max_queue_size", lambda: 0)
+
+    def blocked_connections(self, *reasons: str) -> int:
+        """Connections that take no requests now for one of these reasons (any thread)."""
+        return sum(1 for conn in tuple(self.connections) if not conn.blocked.isdisjoint(reasons))
+
+    def held_requests(self) -> int:
+        """Requests received and not handled yet: the held frames of blocked connections (any thread)."""
+        return sum(max(0, len(conn.held) - conn.held_at) for conn in tuple(self.connections))
 
     def buildProtocol(self, addr):
         p = BookieServerProtocol(self)
@@ -220,6 +280,11 @@ class BookieServerProtocol(protocol.Protocol):
         self.tls_done = False
         self.start_tls_request = None
         self.tls_chunks: list | None = None      # decrypted data of one socket read, being gathered
+        # Stats: when the socket read being handled arrived (every request it brought arrived then), when
+        # the oldest held frames did, and since when each block reason holds (BLOCKED_WAIT, CHANNEL_WRITE).
+        self.arrival_ns = now_ns()
+        self.held_arrival_ns = self.arrival_ns
+        self.blocked_since: dict[str, int] = {}
 
     # --- connection lifecycle -----------------------------------------------------------------
     def connectionMade(self):
@@ -328,6 +393,9 @@ class BookieServerProtocol(protocol.Protocol):
 
     def _backpressure_expired(self) -> None:
         self._backpressure_timer = None
+        since = self.blocked_since.pop(OUTPUT, None)
+        if since is not None and self.connected and OUTPUT in self.blocked:
+            self.factory.stats.channel_write.fail_ns(now_ns() - since)      # answers dropped with the peer
         if self.connected and OUTPUT in self.blocked:
             log.warning("closing connection from %s: it has not read its answers for %.1f s "
                         "(waitTimeoutOnResponseBackpressureMs)", self.peer, self.factory.backpressure_timeout_s)
@@ -344,6 +412,8 @@ class BookieServerProtocol(protocol.Protocol):
 
     # --- blocking: hold frames, stop reading, go on later ------------------------------------------
     def block(self, reason: str) -> None:
+        if reason not in self.blocked:
+            self.blocked_since[reason] = now_ns()
         self.blocked.add(reason)
         if not self.reading_paused and self.connected:
             self.reading_paused = True
@@ -353,12 +423,24 @@ class BookieServerProtocol(protocol.Protocol):
         if reason not in self.blocked:
             return
         self.blocked.discard(reason)
+        self._blocked_wait(reason)
         if self.blocked or not self.connected:
             return
         self.process_held()
         if not self.blocked and self.reading_paused and self.connected:
             self.reading_paused = False
             self.transport.resumeProducing()
+
+    def _blocked_wait(self, reason: str) -> None:
+        """The connection took requests again: how long `reason` held it (Java's *_BLOCKED_WAIT, and
+        CHANNEL_WRITE for an output the peer did not read)."""
+        since = self.blocked_since.pop(reason, None)
+        if since is None:
+            return
+        stats = self.factory.stats
+        stat = (stats.add_blocked_wait if reason in (ROOM, ADDS) else stats.read_blocked_wait if reason == READS
+                else stats.channel_write)
+        stat.ok_ns(now_ns() - since)
 
     def hold(self, frames: list, start: int) -> None:
         """Keep frames[start:] for later (the connection just blocked)."""
@@ -367,12 +449,24 @@ class BookieServerProtocol(protocol.Protocol):
         else:
             self.held = frames
             self.held_at = start
+            self.held_arrival_ns = self.arrival_ns
+
+    def _hold_more(self, frames: list) -> None:
+        """Queue frames that arrived now behind the held ones (held frames keep the oldest arrival)."""
+        if self.held_at >= len(self.held):
+            self.held_arrival_ns = self.arrival_ns
+        self.held = self.held[self.held_at:] + frames
+        self.held_at = 0
 
     def process_held(self) -> None:
         frames, start = self.held, self.held_at
         self.held, self.held_at = [], 0
         if start < len(frames):
-            self.process(frames, start)
+            arrival, self.arrival_ns = self.arrival_ns, self.held_arrival_ns
+            try:
+                self.process(frames, start)
+            finally:
+                self.arrival_ns = arrival
 
     # --- input ----------------------------------------------------------------------------------
     def dataReceived(self, data):
@@ -381,13 +475,13 @@ class BookieServerProtocol(protocol.Protocol):
             return
         if not self.connected:
             return
+        self.arrival_ns = now_ns()
         try:
             frames = self.splitter.feed(data)
         except FrameError as err:
             frames = err.frames
             if self.held or self.blocked:
-                self.held = self.held[self.held_at:] + frames
-                self.held_at = 0
+                self._hold_more(frames)
                 frames = []
             if frames:
                 self.process(frames, 0)
@@ -396,8 +490,7 @@ class BookieServerProtocol(protocol.Protocol):
             return
         if self.held or self.blocked:
             # Frames that arrived before the pause took effect queue behind the held ones.
-            self.held = self.held[self.held_at:] + frames
-            self.held_at = 0
+            self._hold_more(frames)
             return
         self.process(frames, 0)
 
@@ -434,16 +527,22 @@ class BookieServerProtocol(protocol.Protocol):
         conn_tls.handshake_completed(self)
 
     # --- adds -------------------------------------------------------------------------------------
-    def submit_adds(self, adds: list, ids: list, answer) -> int:
+    def submit_adds(self, adds: list, ids: list, answer, queued: bool = False) -> int:
         """Hand a batch of decoded ADDs to the Bookie; `answer(error, ids)` writes the responses once they
         are durable (or refused). Returns how many of them were taken: fewer than len(adds) when the
-        Bookie had no room for the rest, which the caller holds (the connection is blocked)."""
+        Bookie had no room for the rest, which the caller holds (the connection is blocked). `queued`:
+        record WRITE_THREAD_QUEUED_LATENCY for them (v2 adds, as Java's WriteEntryProcessor)."""
+        stats = self.factory.stats
+        arrival, start = self.arrival_ns, now_ns()
         frames_in_run = len(adds)
         limit = self.factory.max_pending_adds
+        cut = False
         if limit > 0:
             room = max(limit - self.factory.pending_adds, 0)
             if room < len(adds):
+                cut = True
                 answer(TOO_MANY, ids[room:])
+                stats.adds_rejected(len(adds) - room, TOO_MANY, arrival)
                 adds, ids = adds[:room], ids[:room]
                 if not adds:
                     return frames_in_run
@@ -454,6 +553,7 @@ class BookieServerProtocol(protocol.Protocol):
         def done(accepted, error):
             done_ids = ids if accepted is None else [ids[i] for i in accepted]
             self.adds_finished(len(done_ids))
+            stats.adds_done(len(done_ids), error, arrival, start)
             if self.connected:
                 answer(error, done_ids)
                 self.respond()
@@ -462,37 +562,14 @@ class BookieServerProtocol(protocol.Protocol):
             failures = self.bookie.add_entries(adds, done)
         except Exception as err:  # a bug: fail the whole batch rather than leave adds unanswered
             log.exception("add batch of %d entries failed", n)
+            stats.reactor_failed += n
             failures = [(i, err) for i in range(n)]
-        taken = frames_in_run
-        if failures:
-            self.adds_finished(len(failures))
-            busy_from = None
-            refused: dict = {}
-            for i, error in failures:
-                if isinstance(error, StorageBusyError):
-                    if busy_from is None:
-                        busy_from = i
-                    continue
-                refused.setdefault(error, []).append(ids[i])
-            for error, refused_ids in refused.items():
-                answer(error, refused_ids)
-            if busy_from is not None:
-                now = self.factory.reactor.seconds()
-                if self.room_deadline is None:
-                    self.room_deadline = now + self.factory.throttle_s
-                if now >= self.room_deadline:
-                    # Waited dbStorage_maxThrottleTimeMs for room: refuse these, as Java's throttle does.
-                    answer(TOO_MANY, ids[busy_from:])
-                else:
-                    taken = busy_from
-                    self.factory.wait_for_room(self)
-                    self.block(ROOM)
-                    # Room may never come (a failing flush): at the deadline the held adds are answered
-                    # ETOOMANYREQUESTS and the connection's other requests go on.
-                    if self._room_timer is None or not self._room_timer.active():
-                        self._room_timer = self.factory.reactor.callLater(
-                            self.room_deadline - now, self._room_wait_expired)
-            self.respond()
+        taken = (self._refused_adds(failures, ids, answer, arrival, start, frames_in_run, cut) if failures
+                 else frames_in_run)
+        processed = n if taken == frames_in_run else taken
+        stats.reactor_tasks += processed
+        if queued and processed:
+            stats.write_queued.ok_ns_many(processed, start - arrival)
         if taken == frames_in_run:
             self.room_deadline = None
             timer, self._room_timer = self._room_timer, None
@@ -500,6 +577,46 @@ class BookieServerProtocol(protocol.Protocol):
                 timer.cancel()
         if ADDS not in self.blocked and self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
             self.block(ADDS)
+        return taken
+
+    def _refused_adds(self, failures: list, ids: list, answer, arrival: int, start: int, frames_in_run: int,
+                      cut: bool = False) -> int:
+        """Answer the adds the Bookie refused at once, and hold those it had no room for (StorageBusyError:
+        that add and every later one of the batch). Returns how many frames of the run were taken. `cut`:
+        the run's tail was already answered ETOOMANYREQUESTS (maxPendingAddRequestsPerThread), so the adds
+        without room are refused too: holding them would hold, and later answer again, that tail."""
+        self.adds_finished(len(failures))
+        busy_from = None
+        refused: dict = {}
+        for i, error in failures:
+            if isinstance(error, StorageBusyError):
+                if busy_from is None:
+                    busy_from = i
+                continue
+            refused.setdefault(error, []).append(ids[i])
+        for error, refused_ids in refused.items():
+            answer(error, refused_ids)
+            self.factory.stats.adds_refused(len(refused_ids), error, arrival, start)
+        taken = frames_in_run
+        if busy_from is not None:
+            now = self.factory.reactor.seconds()
+            if self.room_deadline is None:
+                self.room_deadline = now + self.factory.throttle_s
+            if cut or now >= self.room_deadline:
+                # Waited dbStorage_maxThrottleTimeMs for room (or the tail was cut): refuse these, as Java's
+                # throttle does.
+                answer(TOO_MANY, ids[busy_from:])
+                self.factory.stats.adds_refused(len(ids) - busy_from, TOO_MANY, arrival, start, rejected=True)
+            else:
+                taken = busy_from
+                self.factory.wait_for_room(self)
+                self.block(ROOM)
+                # Room may never come (a failing flush): at the deadline the held adds are answered
+                # ETOOMANYREQUESTS and the connection's other requests go on.
+                if self._room_timer is None or not self._room_timer.active():
+                    self._room_timer = self.factory.reactor.callLater(
+                        self.room_deadline - now, self._room_wait_expired)
+        self.respond()
         return taken
 
     def add_started(self) -> None:
@@ -557,6 +674,7 @@ class BookieServerProtocol(protocol.Protocol):
         if not pool.submit(ledger_id, read, delivered):
             if not reading.get(ledger_id):
                 reading.pop(ledger_id, None)
+            self.factory.stats.read_rejected.inc()
             deliver(TOO_MANY)
             self.respond()
             return
@@ -576,11 +694,13 @@ class BookieServerProtocol(protocol.Protocol):
 
     def reads_started(self, n: int) -> None:
         self.pending_reads += n
+        self.factory.pending_reads += n
         if self.pending_reads >= self.pending_reads_limit:
             self.block(READS)
 
     def reads_finished(self, n: int) -> None:
         self.pending_reads -= n
+        self.factory.pending_reads -= n
         if READS in self.blocked and self.pending_reads < self.pending_reads_limit // 2:
             self.unblock(READS)
 

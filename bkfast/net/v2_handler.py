@@ -5,6 +5,10 @@ consecutive plain READs answered from memory in one Cython call (misses go to th
 general path for everything else (fencing reads, BATCH_READ, AUTH, legacy version-0 frames, ADDs of a
 Bookie without batching). Responses go into the connection's coalesced FrameBuilder.
 
+Stats (bkfast.net.request_stats): a run of ADDs and of memory reads is recorded in one call each; every
+other request records its own (READ_ENTRY_REQUEST / ADD_ENTRY_REQUEST from its arrival, the processing
+stat of the thread that ran it). As Java's v2 processors, fencing reads count as plain reads.
+
 Must never: read the disk on the reactor thread (every storage read that may miss memory goes through
 `conn.read_async`), or answer a fencing read before the fence is durable.
 """
@@ -13,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import struct
-from time import perf_counter
 
 from bkfast.codec import (
     FLAG_DO_FENCING,
@@ -27,12 +30,15 @@ from bkfast.codec import (
     decode_v2_adds,
     serve_v2_reads,
 )
-from bkfast.errors import BKError, FrameError, V2Rc, v2_rc_for
+from bkfast.errors import BKError, BKTooManyRequestsException, FrameError, V2Rc, v2_rc_for
 from bkfast.net import v3_handler
+from bkfast.net.request_stats import record
+from bkfast.stats import now_ns
 
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
+TOO_MANY_ADDS = BKTooManyRequestsException("the bookie is throttling requests: too many pending adds")
 
 
 def v2_header(version: int, opcode: int) -> int:
@@ -47,14 +53,17 @@ def handle_run(conn, frames: list, i: int) -> int:
     if factory.batch_adds:
         adds, ids, j = decode_v2_adds(frames, i)
         if adds:
-            return i + conn.submit_adds(adds, ids, lambda error, done_ids: answer_adds(conn, error, done_ids))
+            return i + conn.submit_adds(adds, ids, lambda error, done_ids: answer_adds(conn, error, done_ids),
+                                        queued=True)
     lookup = factory.read_cached
     if lookup is not None:
-        t0 = perf_counter()
+        t0 = now_ns()
         j, misses = serve_v2_reads(frames, i, conn.out, lookup, conn.reading_ledgers, factory.output_limit,
-                                   conn.read_room())
+                                   conn.read_room(), factory.entry_bytes, factory.read_bytes)
         if j > i:
-            conn.bookie.count_reads_from_memory(j - i - len(misses), perf_counter() - t0)
+            hits = j - i - len(misses)
+            took = factory.stats.reads_from_memory(factory.bookie_stats, hits, conn.arrival_ns, t0)
+            conn.bookie.count_reads_from_memory(hits, took / 1e9)
             for ledger_id, entry_id, version in misses:
                 read_entry(conn, ledger_id, entry_id, version)
             return j
@@ -100,17 +109,26 @@ def batch_read_response(conn, rc, ledger_id, start, request_id, entries, version
         conn.out.add_batch_read_response(rc, ledger_id, start, request_id, entries, version)
 
 
-def read_entry(conn, ledger_id: int, entry_id: int, version: int) -> None:
-    """Read one entry on the read pool and answer it."""
+def read_entry(conn, ledger_id: int, entry_id: int, version: int, arrival: int | None = None,
+               begin: int | None = None) -> None:
+    """Read one entry on the read pool and answer it. Stats: READ_ENTRY of the thread that reads it (from
+    `begin`, when its processing began before, with a fence), READ_ENTRY_REQUEST from `arrival`."""
     bookie = conn.bookie
+    stats = conn.factory.stats
+    if arrival is None:
+        arrival = conn.arrival_ns
 
     def deliver(result):
-        if isinstance(result, BaseException):
+        ok = not isinstance(result, BaseException)
+        record(stats.read_request, ok, arrival)
+        if not ok:
             read_response(conn, v2_rc_for(result), ledger_id, entry_id, b"", version)
         else:
             read_response(conn, V2Rc.EOK, ledger_id, entry_id, result, version)
 
-    conn.read_async(ledger_id, lambda: bookie.read_entry(ledger_id, entry_id), deliver)
+    job = stats.timed(lambda: bookie.read_entry(ledger_id, entry_id),
+                      stats.read_entry_of(conn.factory.read_pool, ledger_id), arrival, begin)
+    conn.read_async(ledger_id, job, deliver)
 
 
 def handle_frame(conn, frame: bytes) -> None:
@@ -145,12 +163,18 @@ def handle(conn, r) -> None:
         conn.close(f"v2 opcode {op}")
 
 
-def error(conn, r, rc: int) -> None:
+def error(conn, r, rc: int, arrival: int | None = None) -> None:
+    """Answer r with the error rc; its request stat fails, from `arrival` (default: this socket read's)."""
+    stats = conn.factory.stats
+    since = conn.arrival_ns if arrival is None else arrival
     if r.opcode == OP_ADD:
+        record(stats.add_request, False, since)
         add_response(conn, rc, r.ledger_id, r.entry_id, r.version)
     elif r.opcode == OP_READ:
+        record(stats.read_request, False, since)
         read_response(conn, rc, r.ledger_id, r.entry_id, b"", r.version)
     elif r.opcode == OP_BATCH_READ:
+        record(stats.read_request, False, since)
         batch_read_response(conn, rc, r.ledger_id, r.entry_id, r.request_id, (), r.version)
     else:
         conn.close(f"error {rc} for v2 opcode {r.opcode}")
@@ -164,13 +188,22 @@ def add(conn, r) -> None:
         # v2 has no room for a scope (spec scope-ids "Wire"): refuse scoped entries.
         error(conn, r, V2Rc.EBADREQ)
         return
+    stats = conn.factory.stats
+    arrival = conn.arrival_ns
     if conn.too_many_adds():
-        error(conn, r, V2Rc.ETOOMANYREQUESTS)
+        stats.adds_rejected(1, TOO_MANY_ADDS, arrival)
+        add_response(conn, V2Rc.ETOOMANYREQUESTS, ledger_id, entry_id, version)
+        conn.respond()
         return
     conn.add_started()
+    start = now_ns()
+    stats.write_queued.ok_ns(start - arrival)
+    stats.reactor_tasks += 1
 
     def done(err):
         conn.add_finished()
+        stats.add_processed(err, start)
+        record(stats.add_request, err is None, arrival)
         if conn.connected:
             add_response(conn, V2Rc.EOK if err is None else v2_rc_for(err), ledger_id, entry_id, version)
             conn.respond()
@@ -185,12 +218,13 @@ def fence_then(conn, r, then) -> None:
     if r.master_key is None:
         error(conn, r, V2Rc.EUA)
         return
+    arrival = conn.arrival_ns
 
     def fenced(err):
         if not conn.connected:
             return
         if err is not None:
-            error(conn, r, v2_rc_for(err))
+            error(conn, r, v2_rc_for(err), arrival)
         else:
             then()
 
@@ -198,8 +232,10 @@ def fence_then(conn, r, then) -> None:
 
 
 def read(conn, r) -> None:
+    arrival, begin = conn.arrival_ns, now_ns()
+
     def go():
-        read_entry(conn, r.ledger_id, r.entry_id, r.version)
+        read_entry(conn, r.ledger_id, r.entry_id, r.version, arrival, begin)
         conn.respond()
 
     if r.flags & FLAG_DO_FENCING:
@@ -209,7 +245,10 @@ def read(conn, r) -> None:
 
 
 def batch_read(conn, r) -> None:
+    """BATCH_READ: recorded as Java records a read (READ_ENTRY, READ_ENTRY_REQUEST)."""
     bookie = conn.bookie
+    stats = conn.factory.stats
+    arrival, begin = conn.arrival_ns, now_ns()
     ledger_id, start, max_count, max_size = r.ledger_id, r.entry_id, max(r.max_count, 1), r.max_size
 
     def read_batch():
@@ -229,13 +268,16 @@ def batch_read(conn, r) -> None:
         return entries
 
     def deliver(result):
-        if isinstance(result, BaseException):
+        ok = not isinstance(result, BaseException)
+        record(stats.read_request, ok, arrival)
+        if not ok:
             batch_read_response(conn, v2_rc_for(result), ledger_id, start, r.request_id, (), r.version)
         else:
             batch_read_response(conn, V2Rc.EOK, ledger_id, start, r.request_id, result, r.version)
 
     def go():
-        conn.read_async(ledger_id, read_batch, deliver)
+        job = stats.timed(read_batch, stats.read_entry_of(conn.factory.read_pool, ledger_id), arrival, begin)
+        conn.read_async(ledger_id, job, deliver)
         conn.respond()
 
     if r.flags & FLAG_DO_FENCING:

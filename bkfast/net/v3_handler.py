@@ -10,23 +10,41 @@ Responses: header VERSION_THREE with the request's operation and txnId (never it
 status equal to the inner response's status, EBADREQ for unknown operations. `ledgerScopeId` (1000)
 is read from requests and echoed in responses only when it is not 0, so scope 0 is byte-identical
 to Java.
+
+Stats (bkfast.net.request_stats): fast-path runs record per batch; every other request's reply records
+its X_REQUEST stat (from the arrival of the socket read that brought it; failed unless EOK) and its
+handler the processing stat, as Java's *ProcessorV3 classes do (fencing reads READ_ENTRY_FENCE_*, long
+polls READ_ENTRY_LONG_POLL_*).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from time import perf_counter
 
 from bkfast.codec import decode_v3_adds, serve_v3_reads
-from bkfast.errors import BKError, V3Status, v3_status_for
+from bkfast.errors import BKError, BKNoSuchEntryException, BKTooManyRequestsException, V3Status, v3_status_for
 from bkfast.ids import DEFERRED_SYNC, scope_field, scope_from_field
+from bkfast.net.request_stats import record
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
+from bkfast.stats import now_ns
 
 log = logging.getLogger(__name__)
 
 TOTAL_DISK_CAPACITY = 0x01
 FREE_DISK_SPACE = 0x02
+TOO_MANY_ADDS = BKTooManyRequestsException("the bookie is throttling requests: too many pending adds")
+
+# The X_REQUEST stat (a RequestStats attribute) of each operation; READ_ENTRY's depends on the request.
+_REQUEST_STATS = {
+    pb.ADD_ENTRY: "add_request",
+    pb.READ_ENTRY: "read_request",
+    pb.WRITE_LAC: "write_lac_request",
+    pb.READ_LAC: "read_lac_request",
+    pb.FORCE_LEDGER: "force_ledger_request",
+    pb.GET_BOOKIE_INFO: "bookie_info_request",
+    pb.GET_LIST_OF_ENTRIES_OF_LEDGER: "entries_of_ledger_request",
+}
 
 
 def parse_request(frame: bytes):
@@ -55,13 +73,16 @@ def handle_run(conn, frames: list, i: int) -> int:
             return i + conn.submit_adds(adds, ids, lambda error, done_ids: answer_adds(conn, error, done_ids))
     lookup = factory.read_cached
     if lookup is not None:
-        t0 = perf_counter()
+        t0 = now_ns()
         j, misses = serve_v3_reads(frames, i, conn.out, lookup, _lac_of(conn.bookie), conn.reading_ledgers,
-                                   factory.output_limit, conn.read_room())
+                                   factory.output_limit, conn.read_room(), factory.entry_bytes, factory.read_bytes)
         if j > i:
-            conn.bookie.count_reads_from_memory(j - i - len(misses), perf_counter() - t0)
+            hits = j - i - len(misses)
+            arrival = conn.arrival_ns
+            took = factory.stats.reads_from_memory(factory.bookie_stats, hits, arrival, t0)
+            conn.bookie.count_reads_from_memory(hits, took / 1e9)
             for ledger_id, entry_id, txn, scope in misses:
-                _plain_read(conn, ledger_id, entry_id, scope, _FastReply(conn, txn))
+                _plain_read(conn, ledger_id, entry_id, scope, _FastReply(conn, txn, arrival), arrival=arrival)
             return j
     request = parse_request(frames[i])
     if request is None:
@@ -97,14 +118,16 @@ def answer_adds(conn, error, ids) -> None:
 class _FastReply:
     """The reply of a fast-path READ_ENTRY answered later (after a read on the pool)."""
 
-    __slots__ = ("conn", "txn")
+    __slots__ = ("conn", "txn", "arrival")
 
-    def __init__(self, conn, txn):
+    def __init__(self, conn, txn, arrival: int):
         self.conn = conn
         self.txn = txn
+        self.arrival = arrival
 
     def send(self, status: int, field: str | None = None, **inner) -> None:
         conn = self.conn
+        record(conn.factory.stats.read_request, status == V3Status.EOK, self.arrival)
         if not conn.connected:
             return
         body = inner.get("body")
@@ -147,16 +170,21 @@ def _set_scope(msg, scope_id: int) -> None:
 
 
 class _Reply:
-    """Builds and sends one v3 response on a connection."""
+    """Builds and sends one v3 response on a connection; records the request's X_REQUEST `stat` (None:
+    none) from `arrival` when it does."""
 
-    __slots__ = ("conn", "request")
+    __slots__ = ("conn", "request", "stat", "arrival")
 
-    def __init__(self, conn, request):
+    def __init__(self, conn, request, stat=None, arrival: int = 0):
         self.conn = conn
         self.request = request
+        self.stat = stat
+        self.arrival = arrival
 
     def send(self, status: int, field: str | None = None, **inner) -> None:
         conn = self.conn
+        if self.stat is not None:
+            record(self.stat, status == V3Status.EOK, self.arrival)
         if not conn.connected:
             return
         h = self.request.header
@@ -178,7 +206,8 @@ class _Reply:
 
 def handle(conn, request) -> None:
     op = request.header.operation
-    reply = _Reply(conn, request)
+    stat = _REQUEST_STATS.get(op)
+    reply = _Reply(conn, request, getattr(conn.factory.stats, stat) if stat else None, conn.arrival_ns)
     if request.header.version != pb.VERSION_THREE:
         handler = _ERROR_FIELDS.get(op)
         if handler is not None:
@@ -205,13 +234,18 @@ def _add(conn, request, reply) -> None:
         return
     a = request.addRequest
     ledger_id, entry_id, scope = a.ledgerId, a.entryId, _scope(a)
+    stats = conn.factory.stats
     if conn.too_many_adds():
+        stats.adds_rejected(1, TOO_MANY_ADDS, reply.arrival, request_stat=False)
         reply.send(V3Status.ETOOMANYREQUESTS, "addResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
         return
     conn.add_started()
+    start = now_ns()
+    stats.reactor_tasks += 1
 
     def done(error):
         conn.add_finished()
+        stats.add_processed(error, start)
         reply.send(_status(error), "addResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
 
     recovery = a.HasField("flag") and a.flag == pb.AddRequest.RECOVERY_ADD
@@ -220,10 +254,28 @@ def _add(conn, request, reply) -> None:
                           high_priority=recovery or request.header.priority > 0)
 
 
-def _plain_read(conn, ledger_id: int, entry_id: int, scope: int, reply, with_lac: bool = True) -> None:
+def _count_cached(factory, data, start: int) -> None:
+    """A read answered here from memory (read_entry_cached, no Bookie.read_entry): the Bookie's read
+    stats, as Bookie.read_entry records them."""
+    bookie_stats = factory.bookie_stats
+    if bookie_stats is not None:
+        bookie_stats.read_entry.ok_since(start)
+    size = len(data)
+    if factory.entry_bytes is not None:
+        factory.entry_bytes.ok_value(size)
+    if factory.read_bytes is not None:
+        factory.read_bytes.add(size)
+
+
+def _plain_read(conn, ledger_id: int, entry_id: int, scope: int, reply, with_lac: bool = True,
+                processing=None, begin: int | None = None, arrival: int | None = None) -> None:
     """Read one entry (the read pool when memory does not have it) and answer it; Java sets maxLAC (the
-    bookie's known LAC) on successful reads, except fencing reads."""
+    bookie's known LAC) on successful reads, except fencing reads. Stats: `processing` (default: the
+    READ_ENTRY of the thread that reads it) from `begin` (default: the read's start), and
+    READ_ENTRY_SCHEDULING_DELAY from `arrival` when given."""
     bookie = conn.bookie
+    factory = conn.factory
+    stats = factory.stats
 
     def send(result):
         if isinstance(result, BaseException):
@@ -239,11 +291,19 @@ def _plain_read(conn, ledger_id: int, entry_id: int, scope: int, reply, with_lac
         reply.send(V3Status.EOK, "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope, body=result,
                    maxLAC=max_lac)
 
+    start = now_ns()
     cached = bookie.read_entry_cached(ledger_id, entry_id, scope) if hasattr(bookie, "read_entry_cached") else None
     if cached is not None:
+        if arrival is not None:
+            stats.read_scheduling_delay.ok_ns(start - arrival)
+        (processing or stats.read_entry_reactor).ok_since(start if begin is None else begin)
+        _count_cached(factory, cached, start)
         send(cached)
         return
-    conn.read_async(ledger_id, lambda: bookie.read_entry(ledger_id, entry_id, scope), send)
+    if processing is None:
+        processing = stats.read_entry_of(factory.read_pool, ledger_id)
+    conn.read_async(ledger_id, stats.timed(lambda: bookie.read_entry(ledger_id, entry_id, scope), processing,
+                                           arrival, begin), send)
 
 
 def _read(conn, request, reply) -> None:
@@ -252,74 +312,76 @@ def _read(conn, request, reply) -> None:
         return
     r = request.readRequest
     ledger_id, entry_id, scope = r.ledgerId, r.entryId, _scope(r)
-    bookie = conn.bookie
-    fence = r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER
+    stats = conn.factory.stats
+    if r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER:
+        reply.stat = stats.fence_request
+        _fence_read(conn, r, ledger_id, entry_id, scope, reply)
+    elif r.HasField("previousLAC"):
+        reply.stat = stats.long_poll_request
+        _long_poll(conn, r, ledger_id, entry_id, scope, reply)
+    else:
+        _plain_read(conn, ledger_id, entry_id, scope, reply, arrival=reply.arrival)
+
+
+def _fence_read(conn, r, ledger_id: int, entry_id: int, scope: int, reply) -> None:
+    """A fencing read: fence (durable), then read. READ_ENTRY_FENCE_WAIT: until the fence is durable;
+    READ_ENTRY_FENCE_READ: the whole processing."""
+    stats = conn.factory.stats
+    begin = now_ns()
+    stats.read_scheduling_delay.ok_ns(begin - reply.arrival)
+    if not r.HasField("masterKey"):
+        stats.fence_read.fail_since(begin)
+        reply.send(V3Status.EUA, "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
+        return
+
+    def fenced(error):
+        record(stats.fence_wait, error is None, begin)
+        if error is not None:
+            stats.fence_read.fail_since(begin)
+            reply.send(_status(error), "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
+        else:
+            _plain_read(conn, ledger_id, entry_id, scope, reply, with_lac=False, processing=stats.fence_read,
+                        begin=begin)
+
+    conn.bookie.fence(ledger_id, r.masterKey, fenced, scope)
+
+
+def _long_poll(conn, r, ledger_id: int, entry_id: int, scope: int, reply) -> None:
+    """Long poll (LongPollReadEntryProcessorV3). With ENTRY_PIGGYBACK the client asks for entry -1 and
+    gets maxLAC + the entry after previousLAC; anything else is a client bug: EBADREQ."""
+    bookie, stats = conn.bookie, conn.factory.stats
+    begin = now_ns()
+    stats.read_scheduling_delay.ok_ns(begin - reply.arrival)
     piggyback = r.HasField("flag") and r.flag == pb.ReadRequest.ENTRY_PIGGYBACK
-
-    def send_read(status, **kw):
-        reply.send(status, "readResponse", ledgerId=ledger_id, scope=scope, **kw)
-
-    if fence:
-        if not r.HasField("masterKey"):
-            send_read(V3Status.EUA, entryId=entry_id)
-            return
-
-        def fenced(error):
-            if error is not None:
-                send_read(_status(error), entryId=entry_id)
-            else:
-                _plain_read(conn, ledger_id, entry_id, scope, reply, with_lac=False)
-
-        bookie.fence(ledger_id, r.masterKey, fenced, scope)
-        return
-    if not r.HasField("previousLAC"):
-        _plain_read(conn, ledger_id, entry_id, scope, reply)
-        return
-    # Long poll (LongPollReadEntryProcessorV3). With ENTRY_PIGGYBACK the client asks for entry -1
-    # and gets maxLAC + the entry after previousLAC; anything else is a client bug: EBADREQ.
     previous_lac = r.previousLAC
     if piggyback and entry_id != -1:
-        send_read(V3Status.EBADREQ, entryId=entry_id)
+        stats.long_poll_read.fail_since(begin)
+        reply.send(V3Status.EBADREQ, "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
         return
-
-    def answer():
-        if not conn.connected:
-            return
-        if not piggyback:
-            _plain_read(conn, ledger_id, entry_id, scope, reply)
-            return
-        try:
-            lac = bookie.known_lac(scope, ledger_id)
-        except BKError as error:
-            send_read(_status(error), entryId=entry_id)
-            return
-        if lac <= previous_lac:
-            send_read(V3Status.ENOENTRY, entryId=entry_id, maxLAC=lac)
-            return
-        wanted = previous_lac + 1
-        updated = bookie.lac_update_time(scope, ledger_id)
-
-        def send(result):
-            if isinstance(result, BaseException):
-                send_read(_status(result), entryId=wanted, maxLAC=lac)
-            else:
-                send_read(V3Status.EOK, entryId=wanted, body=result, maxLAC=lac, lacUpdateTimestamp=updated)
-
-        cached = bookie.read_entry_cached(ledger_id, wanted, scope)
-        if cached is not None:
-            send(cached)
-        else:
-            conn.read_async(ledger_id, lambda: bookie.read_entry(ledger_id, wanted, scope), send)
-
     try:
         lac = bookie.known_lac(scope, ledger_id)
     except BKError as error:
-        send_read(_status(error), entryId=entry_id)
+        stats.long_poll_read.fail_since(begin)
+        reply.send(_status(error), "readResponse", ledgerId=ledger_id, entryId=entry_id, scope=scope)
         return
+
+    def answer():
+        _long_poll_answer(conn, ledger_id, entry_id, scope, reply, piggyback, previous_lac)
+
     if lac > previous_lac or not r.HasField("timeOut"):
         answer()
-        return
+    else:
+        _long_poll_wait(conn, ledger_id, scope, previous_lac, max(r.timeOut, 0) / 1000.0, answer, begin)
+
+
+def _long_poll_wait(conn, ledger_id: int, scope: int, previous_lac: int, timeout_s: float, answer,
+                    begin: int) -> None:
+    """Wait (a reactor timer) for the LAC to pass previous_lac, then answer(). READ_ENTRY_LONG_POLL_PRE_WAIT:
+    until the wait is set up; READ_ENTRY_LONG_POLL_WAIT: the wait (failed: it timed out)."""
+    bookie, stats = conn.bookie, conn.factory.stats
     conn.reads_started(1)
+    expired: list = []
+    waiting_since = now_ns()
 
     def answer_woken():
         conn.reads_finished(1)
@@ -327,15 +389,63 @@ def _read(conn, request, reply) -> None:
         conn.respond()
 
     def woken():
+        record(stats.long_poll_wait, not expired, waiting_since)
         conn.when_output_room(answer_woken)
 
     waiter = bookie.watch_lac(scope, ledger_id, previous_lac, woken)
+    stats.long_poll_pre_wait.ok_since(begin)
 
     def timed_out():
+        expired.append(True)
         bookie.unwatch_lac(scope, ledger_id, waiter)
         waiter.fire()
 
-    waiter.timer = conn.factory.reactor.callLater(max(r.timeOut, 0) / 1000.0, timed_out)
+    waiter.timer = conn.factory.reactor.callLater(timeout_s, timed_out)
+
+
+def _long_poll_answer(conn, ledger_id: int, entry_id: int, scope: int, reply, piggyback: bool,
+                      previous_lac: int) -> None:
+    """A long poll's answer, once the LAC passed previousLAC or the wait ended (READ_ENTRY_LONG_POLL_READ)."""
+    if not conn.connected:
+        return
+    bookie, stats = conn.bookie, conn.factory.stats
+    begin = now_ns()
+    if not piggyback:
+        _plain_read(conn, ledger_id, entry_id, scope, reply, processing=stats.long_poll_read, begin=begin)
+        return
+
+    def send_read(status, **kw):
+        reply.send(status, "readResponse", ledgerId=ledger_id, scope=scope, **kw)
+
+    try:
+        lac = bookie.known_lac(scope, ledger_id)
+    except BKError as error:
+        stats.long_poll_read.fail_since(begin)
+        send_read(_status(error), entryId=entry_id)
+        return
+    if lac <= previous_lac:                     # nothing newer: the LAC alone
+        stats.long_poll_read.ok_since(begin)
+        send_read(V3Status.ENOENTRY, entryId=entry_id, maxLAC=lac)
+        return
+    wanted = previous_lac + 1
+    updated = bookie.lac_update_time(scope, ledger_id)
+
+    def send(result):
+        if isinstance(result, BaseException):
+            if isinstance(result, BKNoSuchEntryException):
+                stats.read_last_entry_noentry.inc()     # the entry after the LAC is not here (striping)
+            send_read(_status(result), entryId=wanted, maxLAC=lac)
+        else:
+            send_read(V3Status.EOK, entryId=wanted, body=result, maxLAC=lac, lacUpdateTimestamp=updated)
+
+    cached = bookie.read_entry_cached(ledger_id, wanted, scope)
+    if cached is not None:
+        stats.long_poll_read.ok_since(begin)
+        _count_cached(conn.factory, cached, begin)
+        send(cached)
+    else:
+        conn.read_async(ledger_id, stats.timed(lambda: bookie.read_entry(ledger_id, wanted, scope),
+                                               stats.long_poll_read, None, begin), send)
 
 
 def _write_lac(conn, request, reply) -> None:
@@ -344,8 +454,10 @@ def _write_lac(conn, request, reply) -> None:
         return
     w = request.writeLacRequest
     ledger_id, scope = w.ledgerId, _scope(w)
+    stats, start = conn.factory.stats, now_ns()
 
     def done(error):
+        record(stats.write_lac, error is None, start)       # until the LAC record is durable
         reply.send(_status(error), "writeLacResponse", ledgerId=ledger_id, scope=scope)
 
     conn.bookie.set_explicit_lac(ledger_id, w.body, w.masterKey, done, scope)
@@ -358,8 +470,11 @@ def _read_lac(conn, request, reply) -> None:
     r = request.readLacRequest
     ledger_id, scope = r.ledgerId, _scope(r)
     bookie = conn.bookie
+    stats = conn.factory.stats
+    took = [0]                      # READ_LAC: the reads' time on the pool, recorded with their outcome
 
     def read_both():
+        start = now_ns()
         lac_body = last_entry = None
         try:
             lac_body = bookie.get_explicit_lac(ledger_id, scope)
@@ -369,11 +484,13 @@ def _read_lac(conn, request, reply) -> None:
             last_entry = bookie.read_entry(ledger_id, -1, scope)
         except Exception:
             pass
+        took[0] = now_ns() - start
         return lac_body, last_entry
 
     def send(result):
         lac_body, last_entry = result if not isinstance(result, BaseException) else (None, None)
         status = V3Status.ENOENTRY if lac_body is None and last_entry is None else V3Status.EOK
+        (stats.read_lac.ok_ns if status == V3Status.EOK else stats.read_lac.fail_ns)(took[0])
         reply.send(status, "readLacResponse", ledgerId=ledger_id, scope=scope,
                    lacBody=bytes(lac_body) if lac_body is not None else None,
                    lastEntryBody=bytes(last_entry) if last_entry is not None else None)
@@ -387,14 +504,20 @@ def _force_ledger(conn, request, reply) -> None:
         return
     f = request.forceLedgerRequest
     ledger_id, scope = f.ledgerId, _scope(f)
-    conn.bookie.force_ledger(
-        ledger_id, lambda error: reply.send(_status(error), "forceLedgerResponse", ledgerId=ledger_id,
-                                            scope=scope), scope)
+    stats, start = conn.factory.stats, now_ns()
+
+    def done(error):
+        record(stats.force_ledger, error is None, start)    # until the ledger's entries are durable
+        reply.send(_status(error), "forceLedgerResponse", ledgerId=ledger_id, scope=scope)
+
+    conn.bookie.force_ledger(ledger_id, done, scope)
 
 
 def _bookie_info(conn, request, reply) -> None:
     requested = request.getBookieInfoRequest.requested if request.HasField("getBookieInfoRequest") else 0
+    start = now_ns()
     total, free = conn.factory.disk_space()
+    conn.factory.stats.bookie_info.ok_since(start)
     reply.send(V3Status.EOK, "getBookieInfoResponse",
                totalDiskCapacity=total if requested & TOTAL_DISK_CAPACITY else 0,
                freeDiskSpace=free if requested & FREE_DISK_SPACE else 0)
@@ -406,13 +529,17 @@ def _entries_of_ledger(conn, request, reply) -> None:
         return
     g = request.getListOfEntriesOfLedgerRequest
     ledger_id, scope = g.ledgerId, _scope(g)
+    stat, start = conn.factory.stats.entries_of_ledger, now_ns()
     try:
         entries = conn.bookie.entries_of_ledger(ledger_id, scope)
     except Exception as error:
+        stat.fail_since(start)
         reply.send(_status(error), "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope)
         return
+    availability = encode_availability(entries)
+    stat.ok_since(start)
     reply.send(V3Status.EOK, "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope,
-               availabilityOfEntriesOfLedger=encode_availability(entries))
+               availabilityOfEntriesOfLedger=availability)
 
 
 def _auth(conn, request, reply) -> None:

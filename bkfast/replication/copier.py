@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from twisted.internet import defer, task
 
+from bkfast._stats import now_ns
 from bkfast.client.distribution import write_set
 from bkfast.client.entries import DigestContext
 from bkfast.errors import BKDigestMatchException, BKError, BKMetadataVersionException
@@ -86,13 +87,14 @@ def segment_ranges(md: LedgerMetadata, last_entry: int) -> list[tuple[int, int, 
 
 
 async def _read_verified(bk, ledger: LedgerId, entry_id: int, sources: list[str], digest: DigestContext):
-    """The stored bytes of `entry_id` from the first source that has a valid copy, or None."""
+    """(The stored bytes of `entry_id`, its payload's length) from the first source that has a valid copy,
+    or None."""
     errors = []
     for bookie in sources:
         try:
             data = await bk.bookie_client.read_entry(bookie, ledger.ledger_id, entry_id, scope_id=ledger.scope_id)
-            digest.decode(data, entry_id)
-            return bytes(data)
+            entry = digest.decode(data, entry_id)
+            return bytes(data), len(entry.payload)
         except BKDigestMatchException as err:
             log.warning("ledger %d entry %d: the copy on %s fails verification: %s", ledger.ledger_id, entry_id,
                         bookie, err)
@@ -103,11 +105,55 @@ async def _read_verified(bk, ledger: LedgerId, entry_id: int, sources: list[str]
     return None
 
 
+async def _read_recorded(bk, ledger: LedgerId, entry_id: int, sources: list[str], digest: DigestContext, recorder):
+    """(stored bytes, payload length) of `entry_id`, or (None, 0) if no source has a valid copy; recorded in
+    the ReplicatorStats `recorder` if given (Java's READ_DATA_LATENCY, NUM_ENTRIES_READ, NUM_BYTES_READ: the
+    payload's bytes; NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION)."""
+    start = now_ns()
+    got = await _read_verified(bk, ledger, entry_id, sources, digest)
+    if recorder is not None:
+        if got is None:
+            recorder.read_latency.fail_since(start)
+            if recorder.entries_unreadable is not None:
+                recorder.entries_unreadable.inc()
+        else:
+            recorder.read_latency.ok_since(start)
+            recorder.entries_read.inc()
+            recorder.bytes_read.ok_value(got[1])
+    return got if got is not None else (None, 0)
+
+
+def _write_recorded(bk, target: str, ledger: LedgerId, entry_id: int, data: bytes, master_key: bytes, payload: int,
+                    recorder) -> defer.Deferred:
+    """The recovery add of the stored bytes to `target`, recorded in `recorder` if given (Java's
+    WRITE_DATA_LATENCY up to the bookie's answer, NUM_ENTRIES_WRITTEN, NUM_BYTES_WRITTEN: the payload's bytes)."""
+    d = bk.bookie_client.add_entry(target, ledger.ledger_id, entry_id, data, master_key, recovery=True,
+                                   scope_id=ledger.scope_id)
+    if recorder is None:
+        return d
+    start = now_ns()
+
+    def written(result):
+        recorder.write_latency.ok_since(start)
+        recorder.entries_written.inc()
+        recorder.bytes_written.ok_value(payload)
+        return result
+
+    def failed(failure):
+        recorder.write_latency.fail_since(start)
+        return failure
+
+    return d.addCallbacks(written, failed)
+
+
 async def copy_segment(bk, ledger: LedgerId, md: LedgerMetadata, first: int, last: int, ensemble: tuple[str, ...],
                        replacements: dict[int, str], limiter: ByteRateLimiter | None = None,
-                       window: int = DEFAULT_WINDOW, on_entry=None) -> CopyStats:
+                       window: int = DEFAULT_WINDOW, on_entry=None, read_replaced: bool = False,
+                       recorder=None) -> CopyStats:
     """Copy entries [first, last] of the segment whose bookies at the `replacements` indexes are gone, to the
-    new bookies (index -> new bookie id). `on_entry(bytes)` is called after each entry is written."""
+    new bookies (index -> new bookie id). `on_entry(bytes)` is called after each entry is written. With
+    `read_replaced` (a placement repair moves replicas of live bookies) the replaced bookies are read too,
+    after the others. `recorder`: a ReplicatorStats (bkfast.replication.stats) the reads and writes go to."""
     stats = CopyStats()
     if last < first or not replacements:
         return stats
@@ -120,7 +166,10 @@ async def copy_segment(bk, ledger: LedgerId, md: LedgerMetadata, first: int, las
             indexes = write_set(entry_id, e, w)
             targets = [replacements[i] for i in indexes if i in gone]
             if targets:
-                yield entry_id, [ensemble[i] for i in indexes if i not in gone], targets
+                sources = [ensemble[i] for i in indexes if i not in gone]
+                if read_replaced:
+                    sources += [ensemble[i] for i in indexes if i in gone]
+                yield entry_id, sources, targets
 
     jobs = work()
     failures: list[BaseException] = []
@@ -133,7 +182,7 @@ async def copy_segment(bk, ledger: LedgerId, md: LedgerMetadata, first: int, las
             estimate = int(average[0]) * len(targets)
             if limiter is not None:       # before the read: the throttle bounds the reads too
                 await limiter.acquire(estimate)
-            data = await _read_verified(bk, ledger, entry_id, sources, digest)
+            data, payload = await _read_recorded(bk, ledger, entry_id, sources, digest, recorder)
             if data is None:
                 stats.lost.append(entry_id)
                 continue
@@ -141,9 +190,8 @@ async def copy_segment(bk, ledger: LedgerId, md: LedgerMetadata, first: int, las
             if limiter is not None:       # the estimate was off by this much: the next acquire settles it
                 limiter.charge(len(data) * len(targets) - estimate)
             try:
-                await defer.gatherResults(
-                    [bk.bookie_client.add_entry(t, ledger.ledger_id, entry_id, data, digest.master_key, recovery=True,
-                                                scope_id=ledger.scope_id) for t in targets], consumeErrors=True)
+                await defer.gatherResults([_write_recorded(bk, t, ledger, entry_id, data, digest.master_key, payload,
+                                                           recorder) for t in targets], consumeErrors=True)
             except defer.FirstError as err:
                 failures.append(err.subFailure.value)
                 return

@@ -1,9 +1,13 @@
 """AutoRecovery as a whole (Java's AutoRecoveryMain / AutoRecoveryService): an auditor elector plus a
 replication worker, inside `bkfast bookie` (`autoRecoveryDaemonEnabled=true`) or as `bkfast autorecovery`.
 
-Owns: its own ZooKeeper session (votes and locks are ephemeral on it), its ledger client (AsyncBookKeeper on
-the reactor), the election thread (stands in the election, starts the `Auditor` when it
-wins and stops it when it loses), the `ReplicationWorker`, and the `ReplicationStats`. `start()` must be
+Owns: its own ZooKeeper session (votes and locks are ephemeral on it; its ledger client's metadata driver
+shares it, one session as Java's AutoRecovery has), its ledger client (AsyncBookKeeper on the reactor), the
+election thread (stands in the election, starts the `Auditor` when it wins and stops it when it loses), the
+`ReplicationWorker`, and the `ReplicationStats`. Java's stats go to the StatsLogger it is given (`stats`:
+`replication` in a bookie, the root in `bkfast autorecovery`): `auditor_*`, `replication_worker_*`, and the
+client's and its ZooKeeper session's under `bookkeeper_client_*` (bkfast.client.stats,
+bkfast.meta.zk_client). `start()` must be
 called while the reactor runs (the bookie calls it from `callWhenRunning`; the standalone command runs the
 reactor in a thread first); `stop()` from any thread but the reactor's.
 """
@@ -14,6 +18,7 @@ import logging
 import threading
 
 from bkfast.reactor import call
+from bkfast.stats import StatsLogger, StatsRegistry
 
 from .auditor import Auditor
 from .election import AuditorElector
@@ -29,11 +34,12 @@ log = logging.getLogger(__name__)
 class AutoRecoveryDaemon:
     """See the module docstring. `bookie_id` names this process in the election (the bookie's id)."""
 
-    def __init__(self, conf, bookie_id: str, local_bookie: str | None = None, stats: ReplicationStats | None = None):
+    def __init__(self, conf, bookie_id: str, local_bookie: str | None = None, stats: StatsLogger | None = None):
         self.conf = conf
         self.bookie_id = bookie_id
         self.local_bookie = local_bookie
-        self.stats = stats or ReplicationStats()
+        self.stats_logger = stats if stats is not None else StatsRegistry(enabled=False).logger()
+        self.stats = ReplicationStats.for_logger(self.stats_logger)
         self.zk = None
         self.bk = None
         self.urm = None
@@ -50,24 +56,29 @@ class AutoRecoveryDaemon:
         self._thread.start()
 
     def _connect(self) -> None:
-        from kazoo.client import KazooClient
         from kazoo.retry import KazooRetry
 
         from bkfast.client.bookkeeper import AsyncBookKeeper
         from bkfast.conf import client_settings_of
         from bkfast.meta import metadata_from_conf
+        from bkfast.meta.zk_client import make_zk_client
+        from bkfast.meta.zk_driver import ZkMetadataDriver
         from bkfast.meta.zk_layout import read_layout
 
         hosts, self.root, _layout = metadata_from_conf(self.conf)
         timeout_s = self.conf.get("zkTimeout") / 1000.0
-        self.zk = KazooClient(hosts=hosts, timeout=timeout_s, connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
+        client_stats = self.stats_logger.scope("bookkeeper_client")
+        self.zk = make_zk_client(hosts, timeout_s, log_states=False, stats=client_stats,
+                                 connection_retry=KazooRetry(max_tries=-1, max_delay=1.0))
         self.zk.start(timeout=max(timeout_s, 10.0))
         self.layout = read_layout(self.zk, self.root).name
         self.urm = UnderReplicationManager(
             self.zk, self.root, store_ctime=self.conf.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime"))
         self.urm.ensure_layout()
         uri = self.conf.get("metadataServiceUri")
-        self.bk = call(AsyncBookKeeper.connect, uri, None, timeout=60, **client_settings_of(self.conf))
+        driver = ZkMetadataDriver(uri, client=self.zk)
+        self.bk = call(AsyncBookKeeper.connect, uri, None, timeout=60, driver=driver, stats=client_stats,
+                       **client_settings_of(self.conf))
 
     def _main(self) -> None:
         try:

@@ -3,8 +3,10 @@
 Owns `rereplicate_ledger`: read the metadata (gone = nothing to do, apache/bookkeeper#3316), stop here when no
 segment lists a failed bookie, fence and recover an OPEN ledger whose last segment holds one (the client's
 recovery, so a live writer is stopped correctly) unless told to skip or wait, then for every segment listing
-a failed bookie choose replacements (the target if it fits, else the placement policy: never a bookie of that
-segment, never a failed or read-only one), copy its entries (`copier.copy_segment`) and CAS the ensemble
+a failed bookie choose replacements (the client's placement policy, `bk.placement`, so the write quorums keep
+their racks/zones/regions: never a bookie of that segment, never a failed or read-only one; an operator's
+target is used as told, the worker's own bookie only where it places no worse than the policy's pick), copy its
+entries (`copier.copy_segment`) and CAS the ensemble
 (`copier.swap_bookies`). A closed empty ledger only gets its ensemble fixed (apache/bookkeeper#3220). Entries
 no surviving replica holds are reported in the outcome (`lost`) and that segment is left alone. Reactor
 thread only.
@@ -17,7 +19,7 @@ import random
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from bkfast.client.placement import choose_ensemble
+from bkfast.client.stats import stats_of, timed
 from bkfast.errors import BKError, BKNoSuchLedgerExistsException, BKNotEnoughBookiesException
 from bkfast.ids import LedgerId
 
@@ -49,6 +51,8 @@ class LedgerOutcome:
     segments: list[dict] = field(default_factory=list)
     stats: CopyStats = field(default_factory=CopyStats)
     error: str | None = None
+    error_type: str | None = None          # the class of the error that failed it (Java's exceptions_<class>)
+    replicated_segments: int = 0           # segments copied and swapped into the metadata
 
     def to_dict(self) -> dict:
         out = {"ledgerId": self.ledger.ledger_id, "status": self.status, "fenced": self.fenced,
@@ -63,28 +67,49 @@ class LedgerOutcome:
         return out
 
 
+def _failed(outcome: LedgerOutcome, err: BaseException, text: str) -> LedgerOutcome:
+    outcome.status, outcome.error, outcome.error_type = FAILED, text, type(err).__name__
+    return outcome
+
+
 def choose_segment_replacements(bk, ensemble: tuple[str, ...], failed: Collection[str], scope_id: int = 0,
-                                target: str | None = None, rng: random.Random | None = None) -> dict[int, str]:
-    """index -> new bookie for every failed bookie of `ensemble`; BKNotEnoughBookiesException if short."""
-    excluded = set(ensemble) | set(failed)
-    out = {}
-    for index, bookie in enumerate(ensemble):
-        if bookie not in failed:
-            continue
-        info = bk.writable_bookies.get(target) if target else None
-        if target and target not in excluded and info is not None and not info.read_only:
-            new = target
-        else:
-            new = choose_ensemble(bk.writable_bookies, 1, scope_id, excluded=excluded, rng=rng)[0]
-        out[index] = new
-        excluded.add(new)
-    return out
+                                target: str | None = None, rng: random.Random | None = None,
+                                write_quorum: int | None = None, ack_quorum: int | None = None,
+                                target_hint: bool = False) -> dict[int, str]:
+    """index -> new bookie for every failed bookie of `ensemble`, by the client's placement policy;
+    BKNotEnoughBookiesException (PlacementPolicyError when enforced) if it finds none. `target` takes the first
+    failed position when it fits (writable, not in the segment); with `target_hint` (the worker's own bookie)
+    only where the result adheres to the policy no worse than the policy's own pick."""
+    failed = set(failed)
+    positions = [i for i, b in enumerate(ensemble) if b in failed]
+    if not positions:
+        return {}
+    w = write_quorum or len(ensemble)
+    a = ack_quorum or w
+    placement = bk.placement
+    info = bk.writable_bookies.get(target) if target else None
+    fits = info is not None and not info.read_only and target not in set(ensemble) | failed
+    members = list(ensemble)
+    if fits and not target_hint:
+        members[positions[0]] = target
+    chosen = list(placement.replace_bookies(bk.writable_bookies, tuple(members), w, a, failed, scope_id))
+    if fits and target_hint and target not in chosen:
+        best = placement.adherence(tuple(chosen), w, a)
+        for i in positions:
+            candidate = chosen[:i] + [target] + chosen[i + 1:]
+            if placement.adherence(tuple(candidate), w, a) >= best:
+                chosen = candidate
+                break
+    return {i: chosen[i] for i in positions}
 
 
 async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, target: str | None = None,
                              dry_run: bool = False, skip_open: bool = False, fence_open: bool = True,
-                             limiter: ByteRateLimiter | None = None, window: int = 64, on_entry=None) -> LedgerOutcome:
-    """See the module docstring. `fence_open=False` returns OPEN_LAST_SEGMENT instead of fencing."""
+                             limiter: ByteRateLimiter | None = None, window: int = 64, on_entry=None,
+                             target_hint: bool = False, recorder=None) -> LedgerOutcome:
+    """See the module docstring. `fence_open=False` returns OPEN_LAST_SEGMENT instead of fencing;
+    `target_hint`: `target` is a preference (choose_segment_replacements), not an order; `recorder`: the
+    ReplicatorStats the copies are recorded in."""
     failed = set(failed)
     try:
         versioned = await bk.driver.read_ledger_metadata(ledger)
@@ -110,8 +135,7 @@ async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, t
             except BKNoSuchLedgerExistsException:
                 return LedgerOutcome(ledger, DELETED)
             except BKError as err:
-                outcome.status, outcome.error = FAILED, f"fencing and recovering the open ledger failed: {err}"
-                return outcome
+                return _failed(outcome, err, f"fencing and recovering the open ledger failed: {err}")
             outcome.fenced = True
             try:
                 md = (await bk.driver.read_ledger_metadata(ledger)).metadata
@@ -124,10 +148,11 @@ async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, t
         if not md.is_closed and index == len(md.ensembles) - 1:
             last = None                              # dry run of an open ledger: the end is known after fencing
         try:
-            replacements = choose_segment_replacements(bk, ensemble, failed, ledger.scope_id, target)
+            replacements = timed(stats_of(bk).replace_bookie, choose_segment_replacements, bk, ensemble, failed,
+                                 ledger.scope_id, target, write_quorum=md.write_quorum_size,
+                                 ack_quorum=md.ack_quorum_size, target_hint=target_hint)
         except BKNotEnoughBookiesException as err:
-            outcome.status, outcome.error = FAILED, f"segment at entry {first}: {err}"
-            return outcome
+            return _failed(outcome, err, f"segment at entry {first}: {err}")
         new_ensemble = tuple(replacements.get(i, b) for i, b in enumerate(ensemble))
         seg = {"firstEntryId": first, "lastEntryId": last, "oldEnsemble": list(ensemble),
                "newEnsemble": list(new_ensemble)}
@@ -135,10 +160,10 @@ async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, t
         if dry_run:
             continue
         try:
-            stats = await copy_segment(bk, ledger, md, first, last, ensemble, replacements, limiter, window, on_entry)
+            stats = await copy_segment(bk, ledger, md, first, last, ensemble, replacements, limiter, window, on_entry,
+                                       recorder=recorder)
         except BKError as err:
-            outcome.status, outcome.error = FAILED, f"copying segment at entry {first} failed: {err}"
-            return outcome
+            return _failed(outcome, err, f"copying segment at entry {first} failed: {err}")
         outcome.stats.add(stats)
         if stats.lost:
             seg["lostEntries"] = stats.lost
@@ -149,8 +174,8 @@ async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, t
         except BKNoSuchLedgerExistsException:
             return LedgerOutcome(ledger, DELETED)
         except BKError as err:
-            outcome.status, outcome.error = FAILED, f"updating the metadata of segment {first} failed: {err}"
-            return outcome
+            return _failed(outcome, err, f"updating the metadata of segment {first} failed: {err}")
+        outcome.replicated_segments += 1
     if dry_run:
         outcome.status = PLANNED
     return outcome

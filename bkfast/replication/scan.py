@@ -92,13 +92,16 @@ def iter_metadata(zk, root: str, ledgers: list[LedgerId], layout: str = "hierarc
                 log.warning("ledger %s: unreadable metadata skipped: %s", lid, err)
 
 
-def bookie_ledger_index(zk, root: str, layout: str = "hierarchical",
-                        window: int = DEFAULT_WINDOW) -> tuple[dict[str, set[LedgerId]], int]:
-    """(bookie id -> ledgers with a segment on it, number of ledgers read)."""
+def bookie_ledger_index(zk, root: str, layout: str = "hierarchical", window: int = DEFAULT_WINDOW,
+                        sizes: dict[LedgerId, int] | None = None) -> tuple[dict[str, set[LedgerId]], int]:
+    """(bookie id -> ledgers with a segment on it, number of ledgers read); each ledger's length goes into
+    `sizes` when given."""
     index: dict[str, set[LedgerId]] = {}
     count = 0
     for lid, md in iter_metadata(zk, root, list_ledger_ids(zk, root, layout), layout, window):
         count += 1
+        if sizes is not None:
+            sizes[lid] = md.length
         for bookie in md.all_bookies:
             index.setdefault(bookie, set()).add(lid)
     return index, count

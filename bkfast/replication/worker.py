@@ -7,6 +7,9 @@ by creating its ephemeral lock; then:
   every bookie is registered, those that do not answer for entries they should hold (read as checkAllLedgers
   reads them: a bookie back empty under its id); none -> the mark is dropped without copying (the missing
   bookies are back and serving: apache/bookkeeper#2766);
+- none failed, but `repairedPlacementPolicyNotAdheringBookieEnable` is on and the closed ledger breaks the
+  placement policy (the auditor's placement check marked it) -> its replicas are moved until it adheres
+  (placement_check.repair_placement);
 - otherwise `rereplicate_ledger` to the local bookie (inside a bookie) or by placement; an OPEN ledger whose
   last segment holds a failed bookie keeps its lock for `openLedgerRereplicationGracePeriod` ms (the writer
   may change its ensemble itself), then is fenced and recovered;
@@ -28,11 +31,14 @@ import time
 
 from twisted.internet import defer
 
+from bkfast._stats import now_ns
+from bkfast.client.placement import Adherence
 from bkfast.errors import BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
 
 from .checker import bad_bookies
 from .copier import ByteRateLimiter
+from .placement_check import ledger_adherence, locate_bookies, repair_placement
 from .rereplicate import DELETED, FAILED, LOST, OK, OPEN_LAST_SEGMENT, UNAFFECTED, rereplicate_ledger
 from .zk_urm import UnderReplicationManager
 
@@ -61,6 +67,7 @@ class ReplicationWorker:
         self.grace_s = conf.get("openLedgerRereplicationGracePeriod") / 1000.0
         self.backoff_s = conf.get("rwRereplicateBackoffMs") / 1000.0
         self.lock_grace_s = conf.get("lockReleaseOfFailedLedgerGracePeriod") / 1000.0
+        self.repair_not_adhering = conf.get("repairedPlacementPolicyNotAdheringBookieEnable")
         self._failures: dict[int, int] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -127,13 +134,47 @@ class ReplicationWorker:
                 return True
         return False
 
+    def _breaks_placement(self, md) -> bool:
+        """repairedPlacementPolicyNotAdheringBookieEnable: whether a closed ledger breaks the placement policy."""
+        if not self.repair_not_adhering or not md.is_closed:
+            return False
+        locate_bookies(self.bk, md.all_bookies, self.call)
+        return ledger_adherence(self.bk.placement, md) == Adherence.FAIL
+
     def _rereplicate(self, ledger: LedgerId, failed: set[str], fence_open: bool):
+        if not failed:                      # only the placement is wrong: move replicas of live bookies
+            return self.call(lambda: defer.ensureDeferred(repair_placement(self.bk, ledger, self.limiter)),
+                             timeout=3600)
         target = self.local_bookie if self.local_bookie not in failed else None
         return self.call(lambda: defer.ensureDeferred(rereplicate_ledger(
-            self.bk, ledger, failed, target=target, fence_open=fence_open, limiter=self.limiter)), timeout=3600)
+            self.bk, ledger, failed, target=target, fence_open=fence_open, limiter=self.limiter, target_hint=True,
+            recorder=self.stats.worker.replicator)), timeout=3600)
 
     def process(self, ledger_id: int) -> str:
-        """Handle one locked ledger; returns the outcome's status (the lock is released in every case)."""
+        """Handle one locked ledger; returns the outcome's status (the lock is released in every case).
+        Recorded as Java's `rereplicate` (success: the mark was resolved as replicated)."""
+        start, status = now_ns(), FAILED
+        try:
+            status = self._process(ledger_id)
+        finally:
+            rereplicate = self.stats.worker.rereplicate
+            (rereplicate.ok_since if status in (OK, UNAFFECTED) else rereplicate.fail_since)(start)
+        return status
+
+    def _record_outcome(self, outcome, placement_only: bool) -> None:
+        """Java's worker counters of one outcome: ledgers with a segment moved (for the placement too), and
+        the error class of a failed or vanished ledger."""
+        java = self.stats.worker
+        if outcome.replicated_segments or (outcome.status == OK and outcome.segments):
+            java.ledgers_replicated.inc()
+            if placement_only:
+                java.not_adhering_placement_ledgers_replicated.inc()
+        if outcome.status == FAILED:
+            java.exception(outcome.error_type or "BKException")
+        elif outcome.status == DELETED:
+            java.exception("BKNoSuchLedgerExistsOnMetadataServerException")
+
+    def _process(self, ledger_id: int) -> str:
         urm = self.urm
         info = urm.get_mark(ledger_id)
         if info is None:
@@ -145,6 +186,7 @@ class ReplicationWorker:
         except BKNoSuchLedgerExistsException:
             log.info("ledger %d was deleted while marked; unmarking it", ledger_id)
             urm.mark_replicated(ledger_id, info.version)
+            self.stats.worker.exception("BKNoSuchLedgerExistsOnMetadataServerException")
             return DELETED
         available = self._available()
         failed = md.all_bookies - available
@@ -153,7 +195,7 @@ class ReplicationWorker:
             # serve entries it should hold (e.g. back empty after a disk replacement): read, as Java's worker
             # does through its LedgerChecker, which bookies fail their fragments, and move those fragments.
             failed = self._not_serving(ledger, md, available)
-        if not failed:
+        if not failed and not self._breaks_placement(md):
             log.info("ledger %d: every bookie of its ensembles is available and serving (marked missing: %s); "
                      "mark dropped", ledger_id, ",".join(info.replicas) or "-")
             urm.mark_replicated(ledger_id, info.version)
@@ -170,6 +212,7 @@ class ReplicationWorker:
                 return FAILED
             failed = self._current_failed(ledger) or failed
             outcome = self._rereplicate(ledger, failed, fence_open=True)
+        self._record_outcome(outcome, not failed)
         elapsed = max(time.monotonic() - started, 1e-6)
         self.stats.incr("entries_copied", outcome.stats.entries)
         self.stats.incr("bytes_copied", outcome.stats.bytes)
@@ -209,6 +252,7 @@ class ReplicationWorker:
         other workers do not retry a ledger that cannot be replicated now in a tight loop."""
         n = self._failures.get(ledger_id, 0)
         self._failures[ledger_id] = n + 1
+        self.stats.worker.defer_lock_release_of_failed_ledger.inc()
         delay = self.lock_grace_s / 32 * 2 ** n if n < 5 else self.lock_grace_s
         log.warning("ledger %d: re-replication failed (%s); its lock is released in %.1f s", ledger_id, error, delay)
         if delay <= 0:

@@ -22,9 +22,10 @@ __all__ = ["MetadataSession"]
 class MetadataSession:
     """One ZooKeeper session of a bookie: its cookies, its registration, and the session's end."""
 
-    def __init__(self, conf: ServerConfiguration):
+    def __init__(self, conf: ServerConfiguration, stats=None):
         """Connect to the metadata service; MetadataError (one line naming metadataServiceUri) when ZooKeeper
-        does not answer within zkTimeout (at least 5 s)."""
+        does not answer within zkTimeout (at least 5 s). With a StatsLogger `stats` (the bookie passes
+        `bookie_bookie`), the session records Java's ZooKeeper client stats under it (zk_*, watcher_state_*)."""
         from kazoo.handlers.threading import KazooTimeoutError
 
         from bkfast.meta import metadata_from_conf
@@ -33,7 +34,7 @@ class MetadataSession:
         self.conf = conf
         connect, self.root, _ = metadata_from_conf(conf)
         timeout_s = conf.get("zkTimeout") / 1000.0
-        self.zk = make_zk_client(connect, timeout_s)   # reconnects within a second after an outage
+        self.zk = make_zk_client(connect, timeout_s, stats=stats)   # reconnects within a second after an outage
         wait_s = max(timeout_s, 5.0)
         try:
             with quiet_connect_attempts(self.zk):

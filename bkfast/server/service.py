@@ -237,7 +237,7 @@ class BookieService:
         conf = self.conf
         try:
             if self.use_metadata:
-                self.meta = MetadataSession(conf)
+                self.meta = MetadataSession(conf, stats=self.stats.logger("bookie").scope("bookie"))
                 try:
                     self.meta.check_cookies(self.bookie_id)
                 except BaseException:
@@ -384,7 +384,8 @@ class BookieService:
 
         from bkfast.replication.daemon import AutoRecoveryDaemon
 
-        daemon = AutoRecoveryDaemon(self.conf, self.bookie_id, local_bookie=self.bookie_id)
+        daemon = AutoRecoveryDaemon(self.conf, self.bookie_id, local_bookie=self.bookie_id,
+                                    stats=self.stats.logger("replication"))
         if self.metrics is not None:
             from bkfast.replication.stats import ReplicationCollector
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from bkfast.stats.registry import StatsLogger, StatsRegistry
 from bkfast.stats.text_format import process_registry, process_text, write_java_text
@@ -19,6 +19,9 @@ from bkfast.stats.text_format import process_registry, process_text, write_java_
 __all__ = ["StatsProvider", "PROMETHEUS_PROVIDER", "NULL_PROVIDER"]
 
 log = logging.getLogger(__name__)
+
+# `_created` series (a timestamp per counter and histogram) double the scrape and no dashboard reads them.
+disable_created_metrics()
 
 PROMETHEUS_PROVIDER = "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider"
 NULL_PROVIDER = "org.apache.bookkeeper.stats.NullStatsProvider"
