@@ -7,6 +7,13 @@ against the default NullStatsProvider, in the same run, alternating (issue 25: o
 First, in-process and without disk: the CPU per add of the server's own add path (frame split, decode,
 submit, answer; 200 adds of 1 KiB per socket read, a bookie that completes at once) with stats off and on
 (SERVER_PATH): what bkfast.net and bkfast/http/metrics.py add per add, free of the host's noise.
+Then the same for a real Bookie in-process (BOOKIE_PATH: DbLedgerStorage, journal writes without
+fdatasync, CPU of every thread per add): what bookie/, dbstorage/ and the journal's stats add.
+
+Measured on the 2-core sandbox (2026-11-28): SERVER_PATH v2 0.417 -> 0.413 us/add, v3 0.422 -> 0.438;
+BOOKIE_PATH 3.257 -> 3.175 us/add (on/off 0.975: below the noise); bookie processes, 16 rounds of 150,000
+1 KiB adds: v2 best on/off 0.998, median of paired rounds 1.05; v3 best 1.019, paired 0.966 (rounds vary by
++-15% on this host, far more than the stats' cost).
 
 Each round starts two fresh `bkfast bookie` processes side by side (DbLedgerStorage, journal sync on, the
 caches of bench/server_targets.py): "off" with the default configuration (NullStatsProvider: no stats
@@ -177,6 +184,51 @@ def server_path_summary(repeats: int = 5) -> dict:
     return out
 
 
+def bookie_path_us_per_add(enabled: bool, base: Path, batches: int = 150, per_batch: int = 200) -> float:
+    """CPU of the whole process (every thread: reactor-side admission, journal, flush) per add of a real
+    Bookie (DbLedgerStorage, journal writes without fdatasync so the disk's latency is out of it) taking
+    batches of 1 KiB adds, stats on or off: what bookie/, dbstorage/ and the journal's stats add."""
+    import threading
+    import time
+
+    from bkfast import codec
+    from bkfast.bookie.bookie import Bookie
+    from bkfast.conf import ServerConfiguration
+    from bkfast.stats import StatsRegistry
+
+    data_dir = Path(tempfile.mkdtemp(dir=base))
+    conf = ServerConfiguration({"journalDirectories": [str(data_dir / "journal")],
+                                "ledgerDirectories": [str(data_dir / "ledgers")],
+                                "journalSyncData": False, "dbStorage_writeCacheMaxSizeMb": 256})
+    bookie = Bookie(conf, stats=StatsRegistry(enabled=enabled).logger())
+    bookie.start()
+    try:
+        key, payload = codec.master_key(b"bench"), b"x" * 1024
+        crc = codec.DigestType.CRC32C
+        batches_of_adds = [[(codec.encode_entry(1 + b, e, e - 1, (e + 1) * 1024, payload, crc, b""), key, False, False)
+                            for e in range(per_batch)] for b in range(batches)]
+        done = threading.Semaphore(0)
+        t0 = time.process_time()
+        for adds in batches_of_adds:
+            failures = bookie.add_entries(adds, lambda accepted, error: done.release())
+            assert not failures, failures[:1]
+        for _ in batches_of_adds:
+            done.acquire()
+        return (time.process_time() - t0) * 1e6 / (batches * per_batch)
+    finally:
+        bookie.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def bookie_path_summary(base: Path, repeats: int = 5) -> dict:
+    off, on = [], []
+    for _ in range(repeats):
+        off.append(bookie_path_us_per_add(False, base))
+        on.append(bookie_path_us_per_add(True, base))
+    return {"off_us_per_add": round(min(off), 3), "on_us_per_add": round(min(on), 3),
+            "ratio": round(min(on) / min(off), 3)}
+
+
 def one_round(base: Path, rnd: int, adds: int, outstanding: int) -> list[dict]:
     """A fresh pair of bookies (the same state for both: nothing written before), loaded v2 then v3, the
     order of the two alternating with the round; the "on" one is scraped before it stops."""
@@ -210,9 +262,11 @@ def main() -> None:
     ap.add_argument("--outstanding", type=int, default=10000)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--server-path-only", action="store_true",
-                    help="only the in-process measure of the server's add path (no bookie processes)")
+                    help="only the in-process measures of the server's and the Bookie's add paths (no bookie "
+                         "processes)")
     args = ap.parse_args()
     print("SERVER_PATH", json.dumps(server_path_summary()), flush=True)
+    print("BOOKIE_PATH", json.dumps(bookie_path_summary(Path(args.dir))), flush=True)
     if args.server_path_only:
         return
     runs: list[dict] = []
