@@ -120,7 +120,8 @@ def test_the_provider_follows_statsProviderClass_and_enableStatistics():
     assert StatsProvider.from_conf(ServerConfiguration({"statsProviderClass": prometheus})).enabled
     assert not StatsProvider.from_conf(ServerConfiguration({"statsProviderClass": prometheus,
                                                             "enableStatistics": "false"})).enabled
-    codahale = ServerConfiguration({"statsProviderClass": "org.apache.bookkeeper.stats.codahale.CodahaleMetricsProvider"})
+    codahale = "org.apache.bookkeeper.stats.codahale.CodahaleMetricsProvider"
+    codahale = ServerConfiguration({"statsProviderClass": codahale})
     assert not StatsProvider.from_conf(codahale).enabled
     provider = StatsProvider.from_conf(ServerConfiguration({"statsProviderClass": prometheus}))
     provider.logger("bookie").counter("WRITE_BYTES").inc()
