@@ -163,6 +163,15 @@ class PlacementPolicy:
         have = [b for b in index.ids if b not in excluded]
         return BKNotEnoughBookiesException(f"need {need} {what}, have {len(have)}: {', '.join(have) or 'none'}")
 
+    def replacement_slots(self, ensemble: tuple[str, ...], failed: set[str], excluded: Collection[str]):
+        """What a search for replacements starts from: the ensemble with the failed bookies' positions open
+        (members), their locations, the failed bookies' locations (preferred, by position) and the
+        bookies no position may take."""
+        members = [None if b in failed else b for b in ensemble]
+        locations = [None if b is None else self.topology.location(b) for b in members]
+        prefer = {i: self.topology.location(b) for i, b in enumerate(ensemble) if b in failed}
+        return members, locations, prefer, set(ensemble) | failed | set(excluded)
+
     # --- the interface ------------------------------------------------------------------------------
     def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
                      ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from bkfast.errors import PlacementPolicyError
 from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, CandidateIndex, PlacementPolicy, random_pick, random_replacements, write_quorums
-from .placement_search import Rules, fill
+from .placement_search import Rules, any_window, fill
 from .topology import DEFAULT_RACK
 
 __all__ = ["RackawareEnsemblePlacementPolicy", "RACKAWARE_POLICY"]
@@ -37,10 +37,6 @@ MAX_REPAIR_TRIES = 200
 
 def _spread_rank(location: str, neighbours: list) -> int:
     return 1 if location in neighbours else 0
-
-
-def _any_window(window: list) -> bool:
-    return True
 
 
 class RackawareEnsemblePlacementPolicy(PlacementPolicy):
@@ -90,7 +86,7 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
             return tuple(found)
         if self.enforce:
             raise self._fail(what, len(members), write_quorum, index, used)
-        found = fill(members, locations, write_quorum, index, Rules(_any_window, _spread_rank, prefer), used,
+        found = fill(members, locations, write_quorum, index, Rules(any_window, _spread_rank, prefer), used,
                      self.rng)
         if found is None:
             raise self.not_enough(sum(1 for b in members if b is None), index, 0, used)
@@ -125,10 +121,7 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
         index = self._index(writable, scope_id)
         if len(index.by_loc) < 2 and not self.enforce:
             return random_replacements(index, ensemble, failed, excluded, self.rng)
-        members = [None if b in failed else b for b in ensemble]
-        locations = [None if b is None else self.topology.location(b) for b in members]
-        prefer = {i: self.topology.location(b) for i, b in enumerate(ensemble) if b in failed}
-        used = set(ensemble) | failed | set(excluded)
+        members, locations, prefer, used = self.replacement_slots(ensemble, failed, excluded)
         return self._place("ensemble change", members, locations, write_quorum, index, used, prefer)
 
     def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:

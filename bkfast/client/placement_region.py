@@ -21,7 +21,6 @@ that break it. Reads prefer bookies of the client's own region (reorderReadSeque
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping
 
 from bkfast.errors import BKIncorrectParameterException, ConfigurationError, PlacementPolicyError
@@ -29,29 +28,16 @@ from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, PlacementPolicy, write_quorums
 from .placement_rack import repair
-from .placement_search import Rules, fill
-from .topology import DEFAULT_REGION_AND_RACK, path_parts
+from .placement_search import Rules, any_window, fill, spread_by_top_level, top_level
+from .topology import DEFAULT_REGION_AND_RACK
 
 __all__ = ["RegionAwareEnsemblePlacementPolicy", "REGIONAWARE_POLICY", "region_of"]
 
 REGIONAWARE_POLICY = "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy"
 
 
-@functools.lru_cache(maxsize=65536)
-def region_of(location: str) -> str:
-    parts = path_parts(location)
-    return parts[0] if parts else ""
-
-
-def _rank(location: str, neighbours: list) -> int:
-    region = region_of(location)
-    if all(region_of(n) != region for n in neighbours):
-        return 0
-    return 1 if location not in neighbours else 2
-
-
-def _any_window(window: list) -> bool:
-    return True
+region_of = top_level
+_rank = spread_by_top_level
 
 
 class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
@@ -139,16 +125,13 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
         if not failed & set(ensemble):
             return tuple(ensemble)
         index = self._index(writable, scope_id)
-        members = [None if b in failed else b for b in ensemble]
-        locations = [None if b is None else self.topology.location(b) for b in members]
-        prefer = {i: self.topology.location(b) for i, b in enumerate(ensemble) if b in failed}
-        used = set(ensemble) | failed | set(excluded)
+        members, locations, prefer, used = self.replacement_slots(ensemble, failed, excluded)
         rules = Rules(self._durable(ack_quorum), _rank, prefer, monotone=True)
         found = fill(members, locations, write_quorum, index, rules, used, self.rng)
         if found is None and self.enforce_in_replace and self.min_regions > 1:
             raise self._fail("ensemble change", write_quorum, ack_quorum, index, used)
         if found is None:
-            found = fill(members, locations, write_quorum, index, Rules(_any_window, _rank, prefer), used, self.rng)
+            found = fill(members, locations, write_quorum, index, Rules(any_window, _rank, prefer), used, self.rng)
             if found is None:
                 raise self.not_enough(len(failed & set(ensemble)), index, scope_id, used)
             self.fallbacks += 1

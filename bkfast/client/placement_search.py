@@ -20,11 +20,33 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from .placement import CandidateIndex
+from .topology import path_parts
 
 __all__ = ["Rules", "fill", "FAST_DRAWS", "BUDGET"]
 
 FAST_DRAWS = 24          # random draws per position before every location is tried in turn
 BUDGET = 4000            # locations tried per fill before it gives up
+
+
+@functools.lru_cache(maxsize=65536)
+def top_level(location: str) -> str:
+    """The first part of a location: the region of /region/rack, the zone of /zone/upgradedomain."""
+    parts = path_parts(location)
+    return parts[0] if parts else ""
+
+
+def spread_by_top_level(location: str, neighbours: list) -> int:
+    """Rank of a candidate beside its window's bookies: 0 in a region/zone none of them is in, 1 in a
+    shared one but another rack/domain, 2 where one of them already is."""
+    level = top_level(location)
+    if all(top_level(n) != level for n in neighbours):
+        return 0
+    return 1 if location not in neighbours else 2
+
+
+def any_window(window: list) -> bool:
+    """The rule of a fallback search: every window is acceptable."""
+    return True
 
 
 @dataclass

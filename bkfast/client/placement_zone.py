@@ -16,7 +16,6 @@ enforceMinNumFaultDomainsForWrite. Reads prefer the client's own zone.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping
 
 from bkfast.errors import BKIncorrectParameterException, PlacementPolicyError
@@ -24,7 +23,7 @@ from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, PlacementPolicy, write_quorums
 from .placement_rack import repair
-from .placement_search import Rules, fill
+from .placement_search import Rules, any_window, fill, spread_by_top_level, top_level
 from .topology import DEFAULT_ZONE_AND_UPGRADE_DOMAIN, path_parts
 
 __all__ = ["ZoneawareEnsemblePlacementPolicy", "ZONEAWARE_POLICY", "zone_of"]
@@ -33,21 +32,8 @@ ZONEAWARE_POLICY = "org.apache.bookkeeper.client.ZoneawareEnsemblePlacementPolic
 DEFAULT_ZONE_NAME = path_parts(DEFAULT_ZONE_AND_UPGRADE_DOMAIN)[0]
 
 
-@functools.lru_cache(maxsize=65536)
-def zone_of(location: str) -> str:
-    parts = path_parts(location)
-    return parts[0] if parts else ""
-
-
-def _rank(location: str, neighbours: list) -> int:
-    zone = zone_of(location)
-    if all(zone_of(n) != zone for n in neighbours):
-        return 0
-    return 1 if location not in neighbours else 2
-
-
-def _any_window(window: list) -> bool:
-    return True
+zone_of = top_level
+_rank = spread_by_top_level
 
 
 def _zones_at_least(zones: int):
@@ -118,7 +104,7 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
                 f"{what}: no placement of E={len(members)} W={write_quorum} puts every write quorum on "
                 f"{self.min_zones} zones in distinct upgrade domains (zones: {', '.join(available) or 'none'}; "
                 "enforceStrictZoneawarePlacement is on, default-zone bookies excluded)")
-        found = fill(members, locations, write_quorum, index, Rules(_any_window, _rank, prefer), used, self.rng)
+        found = fill(members, locations, write_quorum, index, Rules(any_window, _rank, prefer), used, self.rng)
         if found is None:
             raise self.not_enough(sum(1 for b in members if b is None), index, 0, used)
         self.fallbacks += 1
@@ -144,10 +130,7 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
         if not failed & set(ensemble):
             return tuple(ensemble)
         index = self._index(writable, scope_id)
-        members = [None if b in failed else b for b in ensemble]
-        locations = [None if b is None else self.topology.location(b) for b in members]
-        prefer = {i: self.topology.location(b) for i, b in enumerate(ensemble) if b in failed}
-        used = set(ensemble) | failed | set(excluded)
+        members, locations, prefer, used = self.replacement_slots(ensemble, failed, excluded)
         return self._place("ensemble change", members, locations, write_quorum, index, used, prefer)
 
     def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
