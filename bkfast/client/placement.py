@@ -14,6 +14,7 @@ round-robin striping of spec §6.2): E of them for E > W, one for E = W.
 
 from __future__ import annotations
 
+import abc
 import bisect
 import enum
 import logging
@@ -107,7 +108,7 @@ class CandidateIndex:
         return rng.choices(free, weights=[self.weights[b] for b in free])[0]
 
 
-class PlacementPolicy:
+class PlacementPolicy(abc.ABC):
     """The interface (see the module docstring) and what every policy shares. Subclasses set `name`,
     `default_location` and `valid_location`, and implement the hooks."""
 
@@ -173,18 +174,18 @@ class PlacementPolicy:
         return members, locations, prefer, set(ensemble) | failed | set(excluded)
 
     # --- the interface ------------------------------------------------------------------------------
+    @abc.abstractmethod
     def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
                      ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
         """E bookies for a new ledger; BKNotEnoughBookiesException (PlacementPolicyError when the policy
         is enforced and cannot be met)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
                         ack_quorum: int, failed: Collection[str], scope_id: int = 0,
                         excluded: Collection[str] = ()) -> tuple[str, ...]:
         """A copy of `ensemble` with every bookie of `failed` replaced by a distinct new one (never one of
         the ensemble, `failed` or `excluded`)."""
-        raise NotImplementedError
 
     def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
         """How `ensemble` meets the policy (Java's isEnsembleAdheringToPlacementPolicy)."""

@@ -14,8 +14,8 @@ on (else a replacement only prefers it). Within the rule, each position prefers 
 the positions sharing a write quorum with it do not have; a replacement first tries the replaced bookie's
 rack (Java's replaceFromRack).
 
-Unlike Java 4.16, whose region-aware `isEnsembleAdheringToPlacementPolicy` always answers MEETS_STRICT (a
-TODO there), `adherence` here checks the rule, so the auditor's placement check sees region-aware ledgers
+Unlike Java 4.16, whose region-aware `isEnsembleAdheringToPlacementPolicy` always answers MEETS_STRICT (left
+unfinished there), `adherence` here checks the rule, so the auditor's placement check sees region-aware ledgers
 that break it. Reads prefer bookies of the client's own region (reorderReadSequenceEnabled).
 """
 
