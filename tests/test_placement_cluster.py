@@ -65,7 +65,7 @@ def covers(ensemble, w, racks) -> bool:
     return all(len({racks[ensemble[(s + j) % n]] for j in range(w)}) >= min(w, 2) for s in starts)
 
 
-def wait(what, predicate, timeout=30.0):
+def wait(what, predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
