@@ -124,6 +124,8 @@ class PlacementPolicy(abc.ABC):
         self._indexes: dict[tuple, tuple[Mapping, CandidateIndex]] = {}
         self._warned: set[str] = set()
         self.fallbacks = 0                 # ensembles placed below the policy's rule (not enforced)
+        # enforceMinNumFaultDomainsForWrite: the topology-aware policies hand the add tracker fault domains
+        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
 
     @staticmethod
     def valid_location(location: str) -> bool:

@@ -49,7 +49,6 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
         super().__init__(conf, topology, rng)
         self.min_racks = conf.get("minNumRacksPerWriteQuorum")
         self.enforce = conf.get("enforceMinNumRacksPerWriteQuorum")
-        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
         self.use_local = not conf.get("ignoreLocalNodeInPlacementPolicy")
 
     # --- the rule ---------------------------------------------------------------------------------------

@@ -56,7 +56,6 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
             raise ConfigurationError(f"reppRegionsToWrite names {len(self.regions)} regions ({text}), fewer than "
                                      f"reppMinimumRegionsForDurability={self.min_regions}")
         self.min_racks = conf.get("minNumRacksPerWriteQuorum")
-        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
 
     def local_key(self, location: str) -> str:
         return region_of(location)

@@ -60,7 +60,6 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
         self.min_zones = conf.get("minNumZonesPerWriteQuorum")
         self.desired_zones = conf.get("desiredNumZonesPerWriteQuorum")
         self.strict = conf.get("enforceStrictZoneawarePlacement")
-        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
 
     @staticmethod
     def valid_location(location: str) -> bool:
