@@ -321,15 +321,23 @@ def _stat(registry: StatsRegistry, name: str, **labels):
     return registry.family("bookkeeper_server_" + name).series[tuple(labels.items())]
 
 
+def _connected(bookie, conf: ServerConfiguration, clock: task.Clock):
+    """A server factory over `bookie` on a fake clock, and one connection to it: (factory, protocol,
+    transport)."""
+    factory = BookieServerFactory(bookie, conf, reactor=clock)
+    proto = factory.buildProtocol(None)
+    transport = StringTransport()
+    proto.makeConnection(transport)
+    return factory, proto, transport
+
+
 def test_rejections_blocked_connections_and_channel_write_in_process():
     registry = StatsRegistry()
     clock = task.Clock()
     conf = ServerConfiguration({"maxPendingAddRequestsPerThread": 2, "waitTimeoutOnResponseBackpressureMs": 1000,
                                 "numReadWorkerThreads": 0})
     bookie = _FakeBookie(registry)
-    factory = BookieServerFactory(bookie, conf, reactor=clock)
-    proto = factory.buildProtocol(None)
-    proto.makeConnection(StringTransport())
+    factory, proto, _ = _connected(bookie, conf, clock)
     proto.dataReceived(b"".join(encode_add_request(KEY, 1, e, e - 1, e + 1, b"x", CRC) for e in range(3)))
     assert _stat(registry, "ADD_ENTRY_IN_PROGRESS")() == 2
     bookie.complete()
@@ -384,10 +392,7 @@ def test_an_add_cut_by_the_pending_limit_is_answered_once_even_when_the_rest_wai
     conf = ServerConfiguration({"maxPendingAddRequestsPerThread": 2, "numReadWorkerThreads": 0,
                                 "dbStorage_maxThrottleTimeMs": 100})
     bookie = _BusyBatchBookie(registry)
-    factory = BookieServerFactory(bookie, conf, reactor=clock)
-    proto = factory.buildProtocol(None)
-    transport = StringTransport()
-    proto.makeConnection(transport)
+    factory, proto, transport = _connected(bookie, conf, clock)
     proto.dataReceived(b"".join(encode_add_request(KEY, 1, e, e - 1, e + 1, b"x", CRC) for e in range(4)))
     bookie.complete()
     clock.advance(0.2)                    # the throttle deadline: whatever still waits for room is refused

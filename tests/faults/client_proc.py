@@ -338,19 +338,23 @@ async def init(reactor, uri: str) -> None:
         client.close()
 
 
+async def connect_until(reactor, uri: str, until: float, **conf) -> AsyncBookKeeper:
+    """A client, retried every second while the metadata service cannot be reached, until `until`."""
+    while True:
+        try:
+            return await AsyncBookKeeper.connect(uri, reactor, **conf)
+        except Exception:
+            if time.monotonic() > until:
+                raise
+            await sleep(reactor, 1.0)
+
+
 async def main(reactor, role: str, uri: str, history: str, seed: str, seconds: str, hint: str = "") -> None:
     until = time.monotonic() + float(seconds)
     if role == "init":
         await init(reactor, uri)
         return
-    bk = None
-    while bk is None:
-        try:
-            bk = await AsyncBookKeeper.connect(uri, reactor, **CLIENT_CONF)
-        except Exception:
-            if time.monotonic() > until:
-                raise
-            await sleep(reactor, 1.0)
+    bk = await connect_until(reactor, uri, until, **CLIENT_CONF)
     rng = random.Random(f"{seed}/{role}/{os.path.basename(history)}")
     try:
         if role == "final":

@@ -23,9 +23,7 @@ import time
 
 from twisted.internet import defer, task, threads
 
-from bkfast.client.bookkeeper import AsyncBookKeeper
-
-from .client_proc import CLIENT_CONF, PASSWORD, History, _replication_state, bounded, digest, sleep
+from .client_proc import CLIENT_CONF, PASSWORD, History, _replication_state, bounded, connect_until, digest, sleep
 
 MIXES = ((3, 2, 2), (5, 3, 2))
 ENTRIES = 30
@@ -144,14 +142,7 @@ async def check(reactor, bk, out_path: str, until: float, uri: str, histories: l
 async def main(reactor, role: str, uri: str, out: str, seconds: str, script: str, *histories: str) -> None:
     until = time.monotonic() + float(seconds)
     conf = {**CLIENT_CONF, **POLICIES[role], "networkTopologyScriptFileName": script}
-    bk = None
-    while bk is None:
-        try:
-            bk = await AsyncBookKeeper.connect(uri, reactor, **conf)
-        except Exception:
-            if time.monotonic() > until:
-                raise
-            await sleep(reactor, 1.0)
+    bk = await connect_until(reactor, uri, until, **conf)
     try:
         if role == "check":
             await check(reactor, bk, out, until, uri, list(histories))
