@@ -36,9 +36,9 @@ run: install
 
 # The codec and in-process client/server tests once more on the pure-Python codec twin
 # (BKFAST_PURE_CODEC=1 makes bkfast.codec bkfast._refcodec), so the oracle stays complete.
-PURE_CODEC_TESTS := tests/test_codec_facade.py tests/test_codec_errors.py tests/test_codec_properties.py tests/test_codec_vectors.py \
-	tests/test_clientpath.py tests/test_client_throttle.py tests/test_add_batch.py tests/test_server_unit.py \
-	tests/test_v3_protocol_vectors.py tests/test_v3_fastpath.py
+PURE_CODEC_TESTS := tests/codec/test_codec_facade.py tests/codec/test_codec_errors.py tests/codec/test_codec_properties.py tests/codec/test_codec_vectors.py \
+	tests/codec/test_clientpath.py tests/client/test_client_throttle.py tests/bookie/test_add_batch.py tests/server/test_server_unit.py \
+	tests/codec/test_v3_protocol_vectors.py tests/codec/test_v3_fastpath.py
 
 test: install-test system-deps
 	$(PY) -m pytest

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from .zk_server import ZooKeeperServer
+from tests.zk_server import ZooKeeperServer
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,7 @@ from bkfast._journal import RecordKind, parse_record
 from bkfast.bookie import journal_files
 from bkfast.codec import FLAG_DO_FENCING, DigestType, decode_response, encode_add_request, encode_read_request
 from bkfast.errors import V2Rc
-
-from .server_support import Client
+from tests.server_support import Client
 
 ENTRY_SIZE = 64 * 1024
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bkfast.streams import Namespace
-
-from .client_cluster import Cluster
+from tests.client_cluster import Cluster
 
 
 @pytest.fixture(scope="module")

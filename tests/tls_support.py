@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bkfast.tls.certs import CertificateAuthority
-
-from .server_support import Client
+from tests.server_support import Client
 
 START_TLS = bytes.fromhex("0000000b0a06080310091801d20600")
 START_TLS_EOK = bytes.fromhex("0000000d0a060803100918011000d20600")

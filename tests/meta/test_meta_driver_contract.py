@@ -1,0 +1,290 @@
+"""The MetadataDriver contract, run against both drivers: ZooKeeper (a real server) and embedded (RocksDB)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from bkfast.digests import DigestType
+from bkfast.errors import (
+    BKLedgerExistException,
+    BKMetadataVersionException,
+    BKNoSuchLedgerExistsException,
+)
+from bkfast.ids import LedgerId
+from bkfast.meta import bookie_service_info, init_new_cluster
+from bkfast.meta.driver import Versioned
+from bkfast.meta.factory import open_metadata_driver
+from bkfast.meta.ledger_metadata import LedgerMetadata, LedgerState
+from tests.reactor_thread import call
+
+BOOKIES = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
+
+
+def make_md(**changes) -> LedgerMetadata:
+    md = LedgerMetadata(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2, ensembles=((0, BOOKIES),),
+                        digest_type=DigestType.CRC32C, password=b"secret", ctime=1700000000000,
+                        custom_metadata={"application": b"contract"})
+    return md.replace(**changes)
+
+
+def wait_for(cond, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Events:
+    """A listener that records its calls (made in the reactor thread) for the test thread."""
+
+    def __init__(self):
+        self.items = []
+        self.threads = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, *args):
+        with self._lock:
+            self.threads.add(threading.current_thread().name)
+            self.items.append(args[0] if len(args) == 1 else args)
+
+    def wait_len(self, n, timeout=15.0):
+        wait_for(lambda: len(self.items) >= n, timeout, f"{n} listener calls (got {self.items!r})")
+        return self.items
+
+
+@pytest.fixture(params=["zk", "embedded"])
+def kind(request):
+    return request.param
+
+
+@pytest.fixture
+def make_driver(request, kind, tmp_path):
+    """Factory of started drivers on one fresh cluster / store; all closed after the test."""
+    opened = []
+    if kind == "zk":
+        zk_client = request.getfixturevalue("zk_client")
+        server = request.getfixturevalue("zookeeper_server")
+        init_new_cluster(zk_client, "/ledgers")
+        uri = f"zk+hierarchical://{server}{zk_client.chroot}/ledgers"
+    else:
+        uri = f"embedded://{tmp_path}/meta"
+
+    def make():
+        driver = open_metadata_driver(uri)
+        call(driver.start)
+        opened.append(driver)
+        return driver
+    yield make
+    for driver in opened:
+        call(driver.close)
+
+
+@pytest.fixture
+def driver(make_driver):
+    return make_driver()
+
+
+def test_generated_ids_are_unique_and_increasing(driver):
+    ids = [call(driver.generate_ledger_id) for _ in range(20)]
+    assert all(isinstance(i, int) and 0 <= i < 2**31 - 1 for i in ids)
+    assert ids == sorted(set(ids))
+
+
+def test_create_then_read_returns_the_metadata_at_version_0_with_a_ctoken(driver):
+    lid = LedgerId.classic(call(driver.generate_ledger_id))
+    created = call(driver.create_ledger_metadata, lid, make_md())
+    assert created.version == 0 and created.metadata.c_token != 0
+    assert created.metadata.replace(c_token=0) == make_md()
+    assert call(driver.read_ledger_metadata, lid) == created
+
+
+def test_create_of_an_existing_ledger_fails_unless_the_ctoken_is_ours(driver):
+    lid = LedgerId.classic(7)
+    first = call(driver.create_ledger_metadata, lid, make_md(c_token=1234))
+    again = call(driver.create_ledger_metadata, lid, make_md(c_token=1234))       # a retried create: success
+    assert again == first
+    with pytest.raises(BKLedgerExistException, match="ledger 7"):
+        call(driver.create_ledger_metadata, lid, make_md(c_token=999))
+    with pytest.raises(BKLedgerExistException):
+        call(driver.create_ledger_metadata, lid, make_md())                        # fresh random token
+
+
+def test_write_is_compare_and_set_on_the_version(driver):
+    lid = LedgerId.classic(11)
+    v0 = call(driver.create_ledger_metadata, lid, make_md())
+    closed = v0.metadata.closed(last_entry_id=9, length=1000)
+    v1 = call(driver.write_ledger_metadata, lid, closed, v0.version)
+    assert v1.version == v0.version + 1 and v1.metadata == closed
+    with pytest.raises(BKMetadataVersionException, match="ledger 11"):
+        call(driver.write_ledger_metadata, lid, v0.metadata.replace(state=LedgerState.IN_RECOVERY), v0.version)
+    read = call(driver.read_ledger_metadata, lid)
+    assert read == v1 and read.metadata.is_closed and read.metadata.last_entry_id == 9
+
+
+def test_missing_ledger_is_reported_by_read_write_and_remove(driver):
+    lid = LedgerId.classic(424242)
+    with pytest.raises(BKNoSuchLedgerExistsException, match="424242"):
+        call(driver.read_ledger_metadata, lid)
+    with pytest.raises(BKNoSuchLedgerExistsException):
+        call(driver.write_ledger_metadata, lid, make_md(), 0)
+    with pytest.raises(BKNoSuchLedgerExistsException):
+        call(driver.remove_ledger_metadata, lid)
+
+
+def test_remove_checks_the_version_then_deletes(driver):
+    lid = LedgerId.classic(12)
+    v0 = call(driver.create_ledger_metadata, lid, make_md())
+    with pytest.raises(BKMetadataVersionException):
+        call(driver.remove_ledger_metadata, lid, v0.version + 5)
+    call(driver.remove_ledger_metadata, lid, v0.version)
+    with pytest.raises(BKNoSuchLedgerExistsException):
+        call(driver.read_ledger_metadata, lid)
+    assert 12 not in call(driver.list_ledgers)
+    call(driver.create_ledger_metadata, lid, make_md())       # the id can be used again
+    call(driver.remove_ledger_metadata, lid)                  # -1: any version
+
+
+SCOPE0 = [0, 5, 9999, 2**31 - 2, 2**31 - 1, 3_000_000_000, 2**63 - 1]
+SCOPED = {7: [1, 99, 2**40], 2**64 - 1: [3]}
+
+
+def test_list_ledgers_per_scope_including_long_and_scoped_ids(driver):
+    for lid in SCOPE0:
+        call(driver.create_ledger_metadata, LedgerId.classic(lid), make_md())
+    for scope, ids in SCOPED.items():
+        for lid in ids:
+            call(driver.create_ledger_metadata, LedgerId(scope, lid), make_md())
+    call(driver.generate_ledger_id)                           # id generation leaves nothing that lists
+    assert call(driver.list_ledgers) == SCOPE0
+    assert call(driver.list_ledgers, 0) == SCOPE0
+    for scope, ids in SCOPED.items():
+        assert call(driver.list_ledgers, scope) == sorted(ids)
+    assert call(driver.list_ledgers, 8) == []
+    # scoped and classic ids with the same number are different ledgers
+    assert call(driver.read_ledger_metadata, LedgerId(7, 99)).version == 0
+    with pytest.raises(BKNoSuchLedgerExistsException):
+        call(driver.read_ledger_metadata, LedgerId.classic(99))
+
+
+def test_ledgers_exist_answers_the_subset_with_metadata(driver):
+    present = [LedgerId.classic(1), LedgerId.classic(3_000_000_000), LedgerId(5, 1)]
+    for lid in present:
+        call(driver.create_ledger_metadata, lid, make_md())
+    asked = present + [LedgerId.classic(2), LedgerId(5, 2), LedgerId(6, 1)]
+    assert call(driver.ledgers_exist, asked) == set(present)
+    assert call(driver.ledgers_exist, []) == set()
+
+
+def test_read_many_returns_the_metadata_of_those_that_exist(driver):
+    present = [LedgerId.classic(1), LedgerId.classic(3_000_000_000), LedgerId(5, 1)]
+    for n, lid in enumerate(present):
+        call(driver.create_ledger_metadata, lid, make_md(custom_metadata={"n": bytes([n])}))
+    call(driver.write_ledger_metadata, present[0], make_md(state=LedgerState.CLOSED, last_entry_id=9, length=90), 0)
+    found = call(driver.read_many_ledger_metadata, present + [LedgerId.classic(2), LedgerId(6, 1)])
+    assert set(found) == set(present)
+    for lid in present:
+        assert found[lid] == call(driver.read_ledger_metadata, lid)
+    assert found[present[0]].version == 1 and found[present[0]].metadata.last_entry_id == 9
+    assert call(driver.read_many_ledger_metadata, []) == {}
+
+
+def test_metadata_format_2_is_written_and_read_back_as_format_2(driver):
+    lid = LedgerId.classic(21)
+    md = make_md(metadata_format_version=2)
+    created = call(driver.create_ledger_metadata, lid, md)
+    assert created.metadata.c_token == 0                      # v2 has no cToken
+    read = call(driver.read_ledger_metadata, lid)
+    assert read.metadata == md and read.metadata.metadata_format_version == 2
+
+
+def test_watch_delivers_current_then_each_change_then_none_in_the_reactor_thread(driver):
+    lid = LedgerId.classic(31)
+    v0 = call(driver.create_ledger_metadata, lid, make_md())
+    events = Events()
+    cancel = call(driver.watch_ledger_metadata, lid, events)
+    assert events.wait_len(1)[0] == v0
+    v1 = call(driver.write_ledger_metadata, lid, v0.metadata.replace(state=LedgerState.IN_RECOVERY), 0)
+    events.wait_len(2)
+    v2 = call(driver.write_ledger_metadata, lid, v1.metadata.closed(4, 40), 1)
+    events.wait_len(3)
+    call(driver.remove_ledger_metadata, lid)
+    assert events.wait_len(4) == [v0, v1, v2, None]
+    assert events.threads == {call(lambda: threading.current_thread().name)}        # the reactor's thread
+    cancel()
+
+
+def test_cancelled_watch_gets_nothing_more(driver):
+    lid = LedgerId.classic(32)
+    v0 = call(driver.create_ledger_metadata, lid, make_md())
+    events = Events()
+    cancel = call(driver.watch_ledger_metadata, lid, events)
+    events.wait_len(1)
+    call(cancel)
+    call(driver.write_ledger_metadata, lid, v0.metadata.closed(0, 1), 0)
+    other = Events()                                           # a later watch proves the change was visible
+    call(driver.watch_ledger_metadata, lid, other)
+    assert other.wait_len(1)[0].version == 1
+    time.sleep(0.3)
+    assert events.items == [v0]
+
+
+def test_watch_of_a_missing_ledger_reports_none(driver):
+    events = Events()
+    call(driver.watch_ledger_metadata, LedgerId.classic(77777), events)
+    assert events.wait_len(1) == [None]
+
+
+def test_second_driver_sees_ledgers_and_notifications_of_the_first(make_driver):
+    first, second = make_driver(), make_driver()
+    lid = LedgerId(3, 41)
+    v0 = call(first.create_ledger_metadata, lid, make_md())
+    assert call(second.read_ledger_metadata, lid) == v0
+    events = Events()
+    call(second.watch_ledger_metadata, lid, events)
+    events.wait_len(1)
+    v1 = call(first.write_ledger_metadata, lid, v0.metadata.closed(1, 2), 0)
+    assert events.wait_len(2) == [v0, v1]
+    assert call(second.list_ledgers, 3) == [41]
+
+
+def test_bookies_register_watch_and_unregister(make_driver):
+    bookie_side, client_side = make_driver(), make_driver()
+    events = Events()
+    call(client_side.watch_bookies, events)
+    assert events.wait_len(1)[0] == ({}, {})
+    call(bookie_side.register_bookie, "127.0.0.1:3181", bookie_service_info("127.0.0.1", 3181))
+    call(bookie_side.register_bookie, "127.0.0.1:3182", b"")                      # legacy: empty data
+    call(bookie_side.register_bookie, "bk3.example:4000",
+         bookie_service_info("10.0.0.3", 4000, {"rack": "r1"}, scope_ids=False), read_only=True)
+    wait_for(lambda: events.items[-1] != ({}, {}) and len(events.items[-1][0]) == 2 and events.items[-1][1],
+             what="3 bookies in the watch")
+    writable, read_only = events.items[-1]
+    assert writable == call(client_side.get_bookies) and read_only == call(client_side.get_bookies, True)
+    b1, b2, b3 = writable["127.0.0.1:3181"], writable["127.0.0.1:3182"], read_only["bk3.example:4000"]
+    assert (b1.host, b1.port, b1.supports_scope_ids, b1.read_only) == ("127.0.0.1", 3181, True, False)
+    assert (b2.host, b2.port, b2.properties, b2.supports_scope_ids) == ("127.0.0.1", 3182, {}, False)
+    assert (b3.host, b3.port, b3.properties, b3.read_only) == ("10.0.0.3", 4000, {"rack": "r1"}, True)
+    call(bookie_side.unregister_bookie, "127.0.0.1:3181")
+    wait_for(lambda: set(events.items[-1][0]) == {"127.0.0.1:3182"}, what="3181 gone from the watch")
+    call(bookie_side.close)                                   # registrations are ephemeral
+    wait_for(lambda: events.items[-1] == ({}, {}), what="all bookies gone after close")
+    assert call(client_side.get_bookies) == {} and call(client_side.get_bookies, True) == {}
+
+
+def test_bookie_moves_between_writable_and_read_only(driver):
+    info = bookie_service_info("127.0.0.1", 3185)
+    call(driver.register_bookie, "127.0.0.1:3185", info)
+    assert list(call(driver.get_bookies)) == ["127.0.0.1:3185"]
+    call(driver.register_bookie, "127.0.0.1:3185", info, read_only=True)
+    assert call(driver.get_bookies) == {}
+    assert call(driver.get_bookies, True)["127.0.0.1:3185"].read_only
+
+
+def test_versioned_is_what_the_interface_promises(driver):
+    lid = LedgerId.classic(51)
+    value = call(driver.create_ledger_metadata, lid, make_md())
+    assert isinstance(value, Versioned) and isinstance(value.metadata, LedgerMetadata)
