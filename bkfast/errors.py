@@ -286,6 +286,10 @@ class BKReplicationException(BKError):
     code = ClientCode.ReplicationException
 
 
+class ReplicationUnavailableError(BKReplicationException):
+    """Java's ReplicationException.UnavailableException (e.g. disabling twice, an unknown store format)."""
+
+
 class BKUnexpectedConditionException(BKError):
     """Unexpected condition."""
 

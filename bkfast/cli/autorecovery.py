@@ -15,6 +15,7 @@ import threading
 
 import click
 
+from bkfast.cli.bookie import overrides_of
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import ConfigurationError
 
@@ -27,12 +28,7 @@ from bkfast.errors import ConfigurationError
               show_default=True)
 def autorecovery(conf_path, overrides, log_level) -> None:
     """Run the auditor election and a replication worker until SIGTERM."""
-    values = {}
-    for item in overrides:
-        if "=" not in item:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="-D")
-        key, value = item.split("=", 1)
-        values[key.strip()] = value
+    values = overrides_of(overrides)
     try:
         conf = ServerConfiguration.load(conf_path, values)
         conf.validate()

@@ -36,18 +36,33 @@ def _ops():
     return admin_ops
 
 
-def status(s, params, body):
+def _urm(s):
+    """The under-replication manager on the bookie's metadata session (bkfast.meta.underreplication)."""
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
+
     zk, root = s.zk()
-    return _ops().autorecovery_status(zk, root)
+    return ZkUnderReplicationManager(zk, root)
+
+
+def _election(s):
+    """An observer of the auditor election on the bookie's metadata session."""
+    from bkfast.meta.zk_election import ZkAuditorElection
+
+    zk, root = s.zk()
+    return ZkAuditorElection(zk, root)
+
+
+def status(s, params, body):
+    return _ops().autorecovery_status(_urm(s))
 
 
 def status_put(s, params, body):
     if "enabled" not in params:
         raise _ApiError(400, f"Param 'enabled' not found in {params}")
-    zk, root = s.zk()
+    urm = _urm(s)
     enabled = _bool(params, "enabled")
     try:
-        _ops().set_autorecovery(zk, root, enabled)
+        _ops().set_autorecovery(urm, enabled)
     except AdminError:
         pass                                        # already so: Java answers with the state either way
     return {"enabled": enabled}
@@ -85,8 +100,7 @@ def recover_bookie(s, params, body):
 
 
 def list_under_replicated(s, params, body):
-    zk, root = s.zk()
-    rows = _ops().list_under_replicated(zk, root, params.get("missingreplica") or None,
+    rows = _ops().list_under_replicated(_urm(s), params.get("missingreplica") or None,
                                         params.get("excludingmissingreplica") or None)
     if not rows:
         raise _ApiError(404, "No under replicated ledgers found")
@@ -96,25 +110,23 @@ def list_under_replicated(s, params, body):
 
 
 def who_is_auditor(s, params, body):
-    zk, root = s.zk()
-    auditor = _ops().who_is_auditor(zk, root)
+    auditor = _ops().who_is_auditor(_election(s))
     if auditor is None:
         raise _ApiError(404, "No auditor elected")
     return Text(f"Auditor: {auditor}")
 
 
 def trigger_audit(s, params, body):
-    zk, root = s.zk()
+    urm, election = _urm(s), _election(s)
     try:
-        _ops().trigger_audit(zk, root)
+        _ops().trigger_audit(urm, election)
     except AdminError as err:
         raise _ApiError(404, str(err)) from None
     return Text("Success trigger audit.")
 
 
 def delay_get(s, params, body):
-    zk, root = s.zk()
-    return Text(f"lostBookieRecoveryDelay value: {_ops().get_lost_bookie_recovery_delay(zk, root)}")
+    return Text(f"lostBookieRecoveryDelay value: {_ops().get_lost_bookie_recovery_delay(_urm(s))}")
 
 
 def delay_put(s, params, body):
@@ -123,8 +135,7 @@ def delay_put(s, params, body):
     # Java reads the znode as an int: a larger value would make its auditors fail to parse it.
     if not isinstance(seconds, int) or isinstance(seconds, bool) or not 0 <= seconds <= MAX_DELAY_SECONDS:
         raise _ApiError(400, f'expected {{"delay_seconds": <seconds from 0 to {MAX_DELAY_SECONDS}>}}')
-    zk, root = s.zk()
-    _ops().set_lost_bookie_recovery_delay(zk, root, seconds)
+    _ops().set_lost_bookie_recovery_delay(_urm(s), seconds)
     return Text(f"Success set lostBookieRecoveryDelay to {seconds}")
 
 
@@ -133,9 +144,9 @@ def decommission(s, params, body):
     bookie = values.get("bookie_src")
     if not isinstance(bookie, str) or ":" not in bookie:
         raise _ApiError(400, 'expected {"bookie_src": "<host:port>"}')
-    zk, root = s.zk()
+    urm = _urm(s)
     client = s.client()
-    _background(f"decommission-{bookie}", _ops().decommission_bookie, client, zk, root, bookie)
+    _background(f"decommission-{bookie}", _ops().decommission_bookie, client, urm, bookie)
     return Text(f"Success send decommission Bookie command {bookie}")
 
 

@@ -1,4 +1,5 @@
-"""The one metadata interface the client, the sandbox and the bookie's GC talk to (ARCHITECTURE.md).
+"""The one metadata interface the client, the sandbox, the bookie's GC and AutoRecovery talk to
+(docs/architecture.md).
 
 Two implementations: `bkfast.meta.zk_driver.ZkMetadataDriver` (kazoo; Java BookKeeper's layout) and
 `bkfast.meta.embedded.EmbeddedMetadataDriver` (one process, persisted with rocksdict). Every method
@@ -22,6 +23,7 @@ from bkfast.errors import BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
 
 from .ledger_metadata import LedgerMetadata
+from .underreplication import AuditorElection, UnderReplicationManager
 
 __all__ = ["BookieInfo", "Versioned", "MetadataDriver", "Cancel"]
 
@@ -47,7 +49,6 @@ class BookieInfo:
     read_only: bool = False
 
     @property
-    @abc.abstractmethod
     def supports_scope_ids(self) -> bool:
         return self.properties.get("bkfast.scopeIds") == "1"
 
@@ -110,6 +111,10 @@ class MetadataDriver(abc.ABC):
         """Sorted list of the ledger ids (ints) of one scope."""
 
     @abc.abstractmethod
+    def list_scopes(self) -> Deferred:
+        """Sorted list of the scope ids other than 0 that may hold ledgers."""
+
+    @abc.abstractmethod
     def ledgers_exist(self, ledgers: Iterable[LedgerId]) -> Deferred:
         """The subset (a set of LedgerId) that has metadata. Fails (never guesses) if the store
         cannot answer, so a caller such as GC never deletes a ledger on a failed read."""
@@ -140,8 +145,29 @@ class MetadataDriver(abc.ABC):
         until cancelled. A store without one (embedded) delivers {} once."""
         from twisted.internet import reactor
 
-        call = reactor.callLater(0, listener, {})
-        return lambda: call.cancel() if call.active() else None
+        # Twisted's zope interfaces declare their methods without self, which mypy (no mypy-zope plugin) misreads.
+        call = reactor.callLater(0, listener, {})  # type: ignore[arg-type]  # see above
+        return lambda: call.cancel() if call.active() else None  # type: ignore[misc]  # see above
+
+    def bookie_cookie_exists(self, bookie_id: str) -> Deferred:
+        """Whether the store holds a cookie of `bookie_id`. A store without cookies (embedded) answers False."""
+        return defer.succeed(False)
+
+    def delete_bookie_cookie(self, bookie_id: str) -> Deferred:
+        """Delete the cookie of `bookie_id` (a decommissioned bookie); fires with whether there was one."""
+        return defer.succeed(False)
+
+    # --- AutoRecovery (bkfast.meta.underreplication; blocking objects, used off the reactor thread) -----
+    @abc.abstractmethod
+    def under_replication(self, *, store_ctime: bool = True, lock_holder: str | None = None
+                          ) -> UnderReplicationManager:
+        """The under-replication manager on this driver's session (its locks live as long as the session).
+        `store_ctime`: storeSystemTimeAsLedgerUnderreplicatedMarkTime. Call after start()."""
+
+    @abc.abstractmethod
+    def auditor_election(self, bookie_id: str | None = None) -> AuditorElection:
+        """`bookie_id`'s candidacy in the auditor election on this driver's session (None: an observer that
+        only asks for the current auditor). Call after start()."""
 
     # --- named log streams (bkfast.meta.streams; implemented in bkfast.meta.stream_store) ------------
     @abc.abstractmethod

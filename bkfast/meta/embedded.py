@@ -16,6 +16,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable, Iterable
+from typing import cast
 from urllib.parse import unquote, urlsplit
 
 from rocksdict import Options, Rdict, ReadOptions, WriteOptions
@@ -31,10 +32,17 @@ from bkfast.errors import (
 )
 from bkfast.ids import LedgerId
 
-from .driver import Cancel, MetadataDriver, Versioned
-from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
+from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
+from .embedded_replication import EmbeddedAuditorElection, EmbeddedUnderReplicationManager, ReplicationState
+from .ledger_metadata import (
+    LedgerMetadata,
+    LedgerMetadataFormatError,
+    new_ctoken,
+    parse_metadata,
+    serialize_metadata,
+)
+from .registration import bookie_info_from_data
 from .stream_store import EmbeddedStreamStore
-from .zk_driver import bookie_info_from_data, new_ctoken
 
 __all__ = ["EmbeddedMetadataDriver", "open_stores"]
 
@@ -67,6 +75,7 @@ class _Store:
         self.watchers: dict[LedgerId, list[dict]] = {}
         self.bookie_watchers: list[dict] = []
         self.bookies: dict[str, tuple[bytes, bool, object]] = {}   # id -> (service info, read-only, owner)
+        self.replication = ReplicationState(self.db, self.sync)
         self._queue: list[tuple[Callable, tuple]] = []
         self._scheduled = False
 
@@ -75,7 +84,8 @@ class _Store:
         self._queue.append((fn, args))
         if not self._scheduled:
             self._scheduled = True
-            reactor.callLater(0, self._drain)
+            # Twisted's zope interfaces declare their methods without self, which mypy (no mypy-zope plugin) misreads.
+            reactor.callLater(0, self._drain)  # type: ignore[arg-type]
 
     def _drain(self) -> None:
         self._scheduled = False
@@ -93,7 +103,8 @@ class _Store:
             self.watchers.pop(ledger, None)
 
     def bookies_snapshot(self) -> tuple[dict, dict]:
-        writable, read_only = {}, {}
+        writable: dict[str, BookieInfo] = {}
+        read_only: dict[str, BookieInfo] = {}
         for bid, (data, ro, _owner) in sorted(self.bookies.items()):
             info = bookie_info_from_data(bid, data, ro)
             if info is not None:
@@ -202,6 +213,7 @@ class EmbeddedMetadataDriver(EmbeddedStreamStore, MetadataDriver):
             log.info("bookie %s unregistered (its driver closed)", bid)
         if mine:
             store.bookies_changed()
+        store.replication.release_owner(self)
         store.refs -= 1
         if store.refs == 0:
             _STORES.pop(store.path, None)
@@ -319,11 +331,31 @@ class EmbeddedMetadataDriver(EmbeddedStreamStore, MetadataDriver):
         else:
             ro.set_iterate_upper_bound(b"M")
         ids = []
-        for key in store.db.keys(from_key=prefix, read_opt=ro):
+        for key in cast("Iterable[bytes]", store.db.keys(from_key=prefix, read_opt=ro)):   # raw_mode: bytes
             if not key.startswith(prefix):
                 break
             ids.append(_KEY.unpack(key[1:])[1])
         return ids
+
+    def list_scopes(self) -> defer.Deferred:
+        return _run(self._list_scopes)
+
+    def _list_scopes(self) -> list[int]:
+        """Each scope's first key, then a seek past that scope: one step per scope, not per ledger."""
+        db = self._db().db
+        scopes = []
+        scope = 1
+        while scope < 2**64:
+            ro = ReadOptions()
+            ro.set_iterate_upper_bound(b"M")
+            keys = cast("Iterable[bytes]", db.keys(from_key=_LEDGER + struct.pack(">Q", scope), read_opt=ro))
+            key = next(iter(keys), None)                                 # raw_mode: keys are bytes
+            if key is None or not key.startswith(_LEDGER):
+                break
+            scope = _KEY.unpack(key[1:])[0]
+            scopes.append(scope)
+            scope += 1
+        return scopes
 
     def ledgers_exist(self, ledgers: Iterable[LedgerId]) -> defer.Deferred:
         return _run(self._exist, list(ledgers))
@@ -332,7 +364,7 @@ class EmbeddedMetadataDriver(EmbeddedStreamStore, MetadataDriver):
         store = self._db()
         if not ledgers:
             return set()
-        found = store.db.get([_key(ledger) for ledger in ledgers])
+        found = cast("list[bytes | None]", store.db.get([_key(ledger) for ledger in ledgers]))  # a list in, a list out
         return {ledger for ledger, raw in zip(ledgers, found, strict=True) if raw is not None}
 
     def watch_ledger_metadata(self, ledger: LedgerId, listener: Callable[[Versioned | None], None]) -> Cancel:
@@ -354,6 +386,14 @@ class EmbeddedMetadataDriver(EmbeddedStreamStore, MetadataDriver):
             if watchers and w in watchers:
                 watchers.remove(w)
         return cancel
+
+    # --- AutoRecovery (bkfast.meta.embedded_replication) ---------------------------------------------
+    def under_replication(self, *, store_ctime: bool = True, lock_holder: str | None = None):
+        return EmbeddedUnderReplicationManager(self._db().replication, self, store_ctime=store_ctime,
+                                               lock_holder=lock_holder)
+
+    def auditor_election(self, bookie_id: str | None = None):
+        return EmbeddedAuditorElection(self._db().replication, self, bookie_id)
 
     # --- bookies ------------------------------------------------------------------------------------
     def get_bookies(self, read_only: bool = False) -> defer.Deferred:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
+import random
 from dataclasses import dataclass, field
+from typing import cast
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError, EncodeError
@@ -20,7 +22,7 @@ from bkfast.errors import BKMetaStoreException
 from bkfast.proto import LedgerMetadataFormat
 
 __all__ = ["LedgerState", "LedgerMetadata", "serialize_metadata", "parse_metadata", "CURRENT_METADATA_FORMAT_VERSION",
-           "LedgerMetadataFormatError", "validate_metadata"]
+           "LedgerMetadataFormatError", "validate_metadata", "new_ctoken"]
 
 CURRENT_METADATA_FORMAT_VERSION = 3
 
@@ -140,10 +142,11 @@ def _to_format(md: LedgerMetadata, include_ctoken: bool) -> LedgerMetadataFormat
     fmt.ensembleSize = md.ensemble_size
     fmt.length = md.length
     fmt.lastEntryId = md.last_entry_id
-    fmt.state = int(md.state)
+    fmt.state = cast("LedgerMetadataFormat.State", int(md.state))   # the proto enum's value
     if md.ctime is not None:
         fmt.ctime = md.ctime
-    fmt.digestType = int(DigestType.parse(md.digest_type))          # MAC is stored as HMAC (= 2)
+    # MAC is stored as HMAC (= 2)
+    fmt.digestType = cast("LedgerMetadataFormat.DigestType", int(DigestType.parse(md.digest_type)))
     fmt.password = bytes(md.password or b"")
     for key, value in md.custom_metadata.items():
         entry = fmt.customMetadata.add()
@@ -312,3 +315,11 @@ def parse_metadata(data: bytes) -> LedgerMetadata:
         return _parse_v1(data[pos:])
     raise LedgerMetadataFormatError(
         f"ledger metadata format version {version} not supported: expected 1 to {CURRENT_METADATA_FORMAT_VERSION}")
+
+
+def new_ctoken() -> int:
+    """A random, non-zero signed 64-bit creator token (Java: a random long)."""
+    while True:
+        token = random.getrandbits(64) - 2**63
+        if token:
+            return token

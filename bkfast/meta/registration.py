@@ -19,9 +19,10 @@ from bkfast.errors import BookieIdInUseError, MetadataError
 from bkfast.ids import split_bookie_id
 from bkfast.proto import BookieServiceInfoFormat
 
+from .driver import BookieInfo
 from .zk_layout import AVAILABLE, READONLY, zk_path
 
-__all__ = ["bookie_id", "bookie_service_info", "BookieRegistration", "BookieIdInUseError",
+__all__ = ["bookie_id", "bookie_service_info", "bookie_info_from_data", "BookieRegistration", "BookieIdInUseError",
            "SCOPE_IDS_PROPERTY", "split_bookie_id"]
 
 log = logging.getLogger(__name__)
@@ -237,3 +238,30 @@ class BookieRegistration:
                 log.warning("re-registering bookie %s failed (%r); retrying", self.bookie_id, e)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+
+def bookie_info_from_data(bookie_id: str, data: bytes, read_only: bool) -> BookieInfo | None:
+    """BookieInfo from a registration znode's data (BookieServiceInfoFormat; empty = legacy: host:port from
+    the id). None (and a warning) when neither the data nor the id says where the bookie is."""
+    props: dict[str, str] = {}
+    host = port = None
+    if data:
+        try:
+            info = BookieServiceInfoFormat.FromString(bytes(data))
+        except Exception as e:                        # protobuf DecodeError; treat as legacy
+            log.warning("bookie %s: registration data does not parse (%r); using the bookie id", bookie_id, e)
+        else:
+            props = dict(info.properties)
+            endpoints = list(info.endpoints)
+            ep = next((e for e in endpoints if e.protocol == "bookie-rpc"), endpoints[0] if endpoints else None)
+            if ep is not None and ep.host:
+                host, port = ep.host, ep.port
+    if host is None:
+        try:
+            host, port = split_bookie_id(bookie_id)
+        except MetadataError:
+            log.warning("bookie %s: no endpoint in its registration and the id is not host:port; ignored",
+                        bookie_id)
+            return None
+    assert port is not None, "set together with host"
+    return BookieInfo(bookie_id, host, int(port), props, read_only)

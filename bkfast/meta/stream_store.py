@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
-from rocksdict import ReadOptions
+from rocksdict import Rdict, ReadOptions, WriteOptions
 
 from bkfast.errors import BKMetadataVersionException, NoSuchStreamError, StreamExistsError
 
 from .streams import StreamMetadata, VersionedStream, check_stream_name, parse_stream, serialize_stream
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from twisted.internet import defer
 
 __all__ = ["ZkStreamStore", "EmbeddedStreamStore", "STREAMS"]
 
@@ -26,6 +32,12 @@ log = logging.getLogger(__name__)
 STREAMS = "streams"
 _PREFIX = b"S"
 _VERSION = struct.Struct(">q")
+
+
+class _RawStore(Protocol):
+    """What EmbeddedStreamStore uses of the embedded driver's store."""
+    db: Rdict
+    sync: WriteOptions
 
 
 def _checked(fn, name, *args):
@@ -41,6 +53,12 @@ def _checked(fn, name, *args):
 class ZkStreamStore:
     """Mixin for ZkMetadataDriver (uses its _in_pool, _call, zk and root)."""
 
+    # The host driver's: declared here, set and defined there.
+    root: str
+    _in_pool: Callable[..., defer.Deferred]
+    _call: Callable[..., Any]
+    _zk: Callable[[], KazooClient]
+
     def _stream_path(self, name: str) -> str:
         return f"{self.root}/{STREAMS}/{name}"
 
@@ -50,7 +68,7 @@ class ZkStreamStore:
     def _create_stream_blocking(self, metadata: StreamMetadata) -> VersionedStream:
         path = self._stream_path(metadata.name)
         try:
-            self._call(f"create stream {metadata.name}", self.zk.create_async, path, serialize_stream(metadata),
+            self._call(f"create stream {metadata.name}", self._zk().create_async, path, serialize_stream(metadata),
                        makepath=True)
         except NodeExistsError:
             raise StreamExistsError(f"stream {metadata.name!r} already exists") from None
@@ -63,7 +81,7 @@ class ZkStreamStore:
     def _read_stream_blocking(self, name: str) -> VersionedStream:
         path = self._stream_path(name)
         try:
-            data, stat = self._call(f"read stream {name}", self.zk.get_async, path)
+            data, stat = self._call(f"read stream {name}", self._zk().get_async, path)
         except NoNodeError:
             raise NoSuchStreamError(f"stream {name!r} does not exist") from None
         return VersionedStream(parse_stream(data, path), stat.version)
@@ -75,7 +93,7 @@ class ZkStreamStore:
     def _write_stream_blocking(self, metadata: StreamMetadata, expected_version: int) -> VersionedStream:
         path = self._stream_path(metadata.name)
         try:
-            stat = self._call(f"write stream {metadata.name}", self.zk.set_async, path, serialize_stream(metadata),
+            stat = self._call(f"write stream {metadata.name}", self._zk().set_async, path, serialize_stream(metadata),
                               version=expected_version)
         except NoNodeError:
             raise NoSuchStreamError(f"stream {metadata.name!r} does not exist") from None
@@ -90,7 +108,7 @@ class ZkStreamStore:
     def _delete_stream_blocking(self, name: str, expected_version: int) -> None:
         path = self._stream_path(name)
         try:
-            self._call(f"delete stream {name}", self.zk.delete_async, path, version=expected_version)
+            self._call(f"delete stream {name}", self._zk().delete_async, path, version=expected_version)
         except NoNodeError:
             raise NoSuchStreamError(f"stream {name!r} does not exist") from None
         except BadVersionError:
@@ -105,13 +123,18 @@ class ZkStreamStore:
     def _list_streams_blocking(self) -> list[str]:
         base = f"{self.root}/{STREAMS}"
         try:
-            return sorted(self._call(f"list {base}", self.zk.get_children_async, base))
+            return sorted(self._call(f"list {base}", self._zk().get_children_async, base))
         except NoNodeError:
             return []
 
 
 class EmbeddedStreamStore:
     """Mixin for EmbeddedMetadataDriver (uses its _db() store; runs in the reactor thread)."""
+
+    # The host driver's: declared here, set and defined there.
+    path: str
+    _run_store: Callable[..., defer.Deferred]
+    _db: Callable[[], _RawStore]
 
     def create_stream(self, metadata: StreamMetadata):
         return _checked(lambda n: self._run_store(self._create_stream, metadata), metadata.name)
@@ -172,7 +195,7 @@ class EmbeddedStreamStore:
         ro = ReadOptions()
         ro.set_iterate_upper_bound(b"T")
         names = []
-        for key in self._db().db.keys(from_key=_PREFIX, read_opt=ro):
+        for key in cast("Iterable[bytes]", self._db().db.keys(from_key=_PREFIX, read_opt=ro)):  # raw_mode: bytes
             if not key.startswith(_PREFIX):
                 break
             names.append(key[1:].decode())

@@ -11,7 +11,6 @@ loss and session expiry and fails with BKZKException once `operation_timeout_s` 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,17 +40,23 @@ from bkfast.errors import (
     BKZKException,
     MetadataError,
 )
-from bkfast.ids import LedgerId, split_bookie_id
-from bkfast.proto import BookieServiceInfoFormat
+from bkfast.ids import LedgerId
 
 from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
-from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata, serialize_metadata
-from .registration import BookieRegistration
+from .ledger_metadata import (
+    LedgerMetadata,
+    LedgerMetadataFormatError,
+    new_ctoken,
+    parse_metadata,
+    serialize_metadata,
+)
+from .registration import BookieRegistration, bookie_info_from_data
 from .stream_store import ZkStreamStore
 from .zk_idgen import IDGEN_LONG, ZkIdGeneration
 from .zk_layout import (
     AVAILABLE,
+    COOKIES,
     LAYOUT,
     READONLY,
     parse_layout,
@@ -59,46 +64,12 @@ from .zk_layout import (
     zk_path,
 )
 
-__all__ = ["ZkMetadataDriver", "bookie_info_from_data", "new_ctoken", "IDGEN_LONG"]
+__all__ = ["ZkMetadataDriver", "IDGEN_LONG"]
 
 log = logging.getLogger(__name__)
 
 _RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError, RetryFailedError,
               ConnectionClosedError)
-
-
-def new_ctoken() -> int:
-    """A random, non-zero signed 64-bit creator token (Java: a random long)."""
-    while True:
-        token = random.getrandbits(64) - 2**63
-        if token:
-            return token
-
-
-def bookie_info_from_data(bookie_id: str, data: bytes, read_only: bool) -> BookieInfo | None:
-    """BookieInfo from a registration znode's data (BookieServiceInfoFormat; empty = legacy: host:port from
-    the id). None (and a warning) when neither the data nor the id says where the bookie is."""
-    props: dict[str, str] = {}
-    host = port = None
-    if data:
-        try:
-            info = BookieServiceInfoFormat.FromString(bytes(data))
-        except Exception as e:                        # protobuf DecodeError; treat as legacy
-            log.warning("bookie %s: registration data does not parse (%r); using the bookie id", bookie_id, e)
-        else:
-            props = dict(info.properties)
-            endpoints = list(info.endpoints)
-            ep = next((e for e in endpoints if e.protocol == "bookie-rpc"), endpoints[0] if endpoints else None)
-            if ep is not None and ep.host:
-                host, port = ep.host, ep.port
-    if host is None:
-        try:
-            host, port = split_bookie_id(bookie_id)
-        except MetadataError:
-            log.warning("bookie %s: no endpoint in its registration and the id is not host:port; ignored",
-                        bookie_id)
-            return None
-    return BookieInfo(bookie_id, host, int(port), props, read_only)
 
 
 class _DaemonThreadPool(ThreadPool):
@@ -145,6 +116,11 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
             state = "closed" if self._closed else "not started"
             return defer.fail(BKZKException(f"metadata driver {self.uri} is {state}"))
         return threads.deferToThreadPool(reactor, self._pool, self._bounded, fn, *args)
+
+    def _zk(self) -> KazooClient:
+        """The session of an operation: operations run only once start() has set it."""
+        assert self.zk is not None, "operations run only after start() set the session"
+        return self.zk
 
     def _bounded(self, fn, *args):
         """Run one driver operation in a pool thread; all its ZooKeeper calls share one deadline."""
@@ -277,7 +253,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     def _create_blocking(self, ledger: LedgerId, metadata: LedgerMetadata, data: bytes) -> Versioned:
         path = self._path(ledger)
         try:
-            self._call(f"create ledger {ledger}", self.zk.create_async, path, data, makepath=True)
+            self._call(f"create ledger {ledger}", self._zk().create_async, path, data, makepath=True)
         except NodeExistsError:
             try:
                 existing = self._read_blocking(ledger)
@@ -297,7 +273,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     def _read_blocking(self, ledger: LedgerId) -> Versioned:
         path = self._path(ledger)
         try:
-            data, stat = self._call(f"read ledger {ledger}", self.zk.get_async, path)
+            data, stat = self._call(f"read ledger {ledger}", self._zk().get_async, path)
         except NoNodeError:
             raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
         return Versioned(_parse(ledger, path, data), stat.version)
@@ -307,7 +283,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
 
     def _read_many_blocking(self, ledgers: list[LedgerId]) -> dict[LedgerId, Versioned]:
         paths = {self._path(ledger): ledger for ledger in ledgers}
-        found = self._call_many("read", self.zk.get_async, list(paths), missing=None)
+        found = self._call_many("read", self._zk().get_async, list(paths), missing=None)
         return {paths[path]: Versioned(_parse(paths[path], path, got[0]), got[1].version)
                 for path, got in found.items() if got is not None}
 
@@ -322,7 +298,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     def _write_blocking(self, ledger, metadata, data, expected_version) -> Versioned:
         path = self._path(ledger)
         try:
-            stat = self._call(f"write ledger {ledger}", self.zk.set_async, path, data, version=expected_version)
+            stat = self._call(f"write ledger {ledger}", self._zk().set_async, path, data, version=expected_version)
         except NoNodeError:
             raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
         except BadVersionError:
@@ -338,7 +314,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     def _remove_blocking(self, ledger: LedgerId, expected_version: int) -> None:
         path = self._path(ledger)
         try:
-            self._call(f"remove ledger {ledger}", self.zk.delete_async, path, version=expected_version)
+            self._call(f"remove ledger {ledger}", self._zk().delete_async, path, version=expected_version)
         except NoNodeError:
             raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {path}") from None
         except BadVersionError:
@@ -351,7 +327,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         return self._in_pool(self._list_blocking, scope_id)
 
     def _children(self, paths: list[str]) -> dict[str, list[str]]:
-        return self._call_many("list", self.zk.get_children_async, paths, missing=[])
+        return self._call_many("list", self._zk().get_children_async, paths, missing=[])
 
     def _list_blocking(self, scope_id: int) -> list[int]:
         if scope_id:
@@ -384,12 +360,25 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         ids = (lp.id_from_long(*comps) for comps in self._walk(base, tops, 4))
         return [i for i in ids if i is not None]
 
+    def list_scopes(self) -> defer.Deferred:
+        return self._in_pool(self._list_scopes_blocking)
+
+    def _list_scopes_blocking(self) -> list[int]:
+        base = zk_path(self.root, lp.SCOPED)
+        scopes = []
+        for name in self._children([base])[base]:
+            try:
+                scopes.append(int(name, 16))
+            except ValueError:
+                continue
+        return sorted(scopes)
+
     def ledgers_exist(self, ledgers: Iterable[LedgerId]) -> defer.Deferred:
         return self._in_pool(self._exist_blocking, list(ledgers))
 
     def _exist_blocking(self, ledgers: list[LedgerId]) -> set[LedgerId]:
         by_path = {self._path(ledger): ledger for ledger in ledgers}
-        stats = self._call_many("exists", self.zk.exists_async, list(by_path))
+        stats = self._call_many("exists", self._zk().exists_async, list(by_path))
         return {by_path[p] for p, stat in stats.items() if stat is not None}
 
     # --- watches ------------------------------------------------------------------------------------
@@ -443,12 +432,12 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
     def _bookies_blocking(self, read_only: bool) -> dict[str, BookieInfo]:
         base = self._bookies_path(read_only)
         try:
-            names = self._call(f"list bookies {base}", self.zk.get_children_async, base)
+            names = self._call(f"list bookies {base}", self._zk().get_children_async, base)
         except NoNodeError:
             raise MetadataError(f"{base} does not exist: cluster not initialized "
                                 "(run `bkfast shell initnewcluster`)") from None
         names = [n for n in names if read_only or n != READONLY]
-        datas = self._call_many("read bookie", self.zk.get_async, [f"{base}/{n}" for n in names])
+        datas = self._call_many("read bookie", self._zk().get_async, [f"{base}/{n}" for n in names])
         out = {}
         for name in names:
             got = datas[f"{base}/{name}"]
@@ -531,12 +520,45 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
 
         return cancel
 
+    def bookie_cookie_exists(self, bookie_id: str) -> defer.Deferred:
+        path = zk_path(self.root, COOKIES, bookie_id)
+        return self._in_pool(lambda: self._call(f"read {path}", self._zk().exists_async, path) is not None)
+
+    def delete_bookie_cookie(self, bookie_id: str) -> defer.Deferred:
+        return self._in_pool(self._delete_cookie_blocking, bookie_id)
+
+    def _delete_cookie_blocking(self, bookie_id: str) -> bool:
+        path = zk_path(self.root, COOKIES, bookie_id)
+        try:
+            self._call(f"delete {path}", self._zk().delete_async, path)
+        except NoNodeError:
+            return False
+        log.info("cookie of bookie %s deleted (%s)", bookie_id, path)
+        return True
+
+    # --- AutoRecovery -------------------------------------------------------------------------------
+    def under_replication(self, *, store_ctime: bool = True, lock_holder: str | None = None):
+        from .zk_underreplication import ZkUnderReplicationManager
+
+        self._check_started()
+        return ZkUnderReplicationManager(self.zk, self.root, store_ctime=store_ctime, lock_holder=lock_holder)
+
+    def auditor_election(self, bookie_id: str | None = None):
+        from .zk_election import ZkAuditorElection
+
+        self._check_started()
+        return ZkAuditorElection(self.zk, self.root, bookie_id)
+
+    def _check_started(self) -> None:
+        if not self._started or self._closed or self.zk is None:
+            raise BKZKException(f"metadata driver {self.uri} is not started")
+
     def register_bookie(self, bookie_id: str, service_info: bytes, read_only: bool = False) -> defer.Deferred:
         return self._in_pool(self._register_blocking, bookie_id, bytes(service_info), read_only)
 
     def _register_blocking(self, bookie_id: str, service_info: bytes, read_only: bool) -> None:
         # BookieRegistration makes blocking kazoo calls: first make sure ZooKeeper answers (bounded).
-        self._call(f"register bookie {bookie_id}", self.zk.exists_async, zk_path(self.root, AVAILABLE))
+        self._call(f"register bookie {bookie_id}", self._zk().exists_async, zk_path(self.root, AVAILABLE))
         reg = self._registrations.get(bookie_id)
         if reg is not None and reg.service_info == service_info:
             reg.set_read_only(read_only)

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from bkfast.errors import BKLedgerIdOverflowException, BKZKException
 
 from .zk_layout import IDGEN, zk_path
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 __all__ = ["ZkIdGeneration", "IDGEN_LONG"]
 
@@ -38,6 +44,16 @@ def _log_failed_delete(path: str, level: int = logging.WARNING):
 class ZkIdGeneration:
     """Blocking id generation; the driver wraps `_generate_blocking` in its thread pool."""
 
+    # The host driver's (ZkMetadataDriver): declared here, set and defined there.
+    root: str
+    layout: str
+    short_id_limit: int
+    _idgen_lock: threading.Lock
+    _long_ids: bool | None
+    _hobs: list[str] | None
+    _zk: Callable[[], KazooClient]
+    _call: Callable[..., Any]
+
     def _generate_blocking(self) -> int:
         with self._idgen_lock:
             if self.layout == "flat":
@@ -48,14 +64,14 @@ class ZkIdGeneration:
                 return lid
             long_path = zk_path(self.root, IDGEN_LONG)
             if self._long_ids is None:
-                self._long_ids = self._call(f"exists {long_path}", self.zk.exists_async, long_path) is not None
+                self._long_ids = self._call(f"exists {long_path}", self._zk().exists_async, long_path) is not None
             if not self._long_ids:
                 lid = self._sequence_id(zk_path(self.root, IDGEN, "ID-"))
                 if lid is not None:
                     return lid
                 log.info("short ledger ids overflowed at %d; switching to %s", self.short_id_limit, long_path)
                 try:
-                    self._call(f"create {long_path}", self.zk.create_async, long_path, b"", makepath=True)
+                    self._call(f"create {long_path}", self._zk().create_async, long_path, b"", makepath=True)
                 except NodeExistsError:
                     pass
                 self._long_ids = True
@@ -63,9 +79,9 @@ class ZkIdGeneration:
 
     def _sequence_id(self, prefix: str) -> int | None:
         """ZkLedgerIdGenerator: an ephemeral-sequential node, deleted right away; None on overflow."""
-        created = self._call(f"create {prefix}", self.zk.create_async, prefix, b"",
+        created = self._call(f"create {prefix}", self._zk().create_async, prefix, b"",
                              ephemeral=True, sequence=True, makepath=True)
-        self.zk.delete_async(created).rawlink(_log_failed_delete(created))
+        self._zk().delete_async(created).rawlink(_log_failed_delete(created))
         try:
             seq = int(created[len(prefix):])
         except ValueError:
@@ -77,7 +93,7 @@ class ZkIdGeneration:
         for _ in range(64):
             refreshed = False
             if self._hobs is None:
-                self._hobs = self._call(f"children {gen_path}", self.zk.get_children_async, gen_path)
+                self._hobs = self._call(f"children {gen_path}", self._zk().get_children_async, gen_path)
                 refreshed = True
             highs = sorted(int(m.group(1)) for m in map(_HOB.fullmatch, self._hobs) if m)
             if not highs:
@@ -90,7 +106,7 @@ class ZkIdGeneration:
             if len(highs) > 3:                          # keep the 3 newest HOB directories
                 self._hobs = None
                 for old in highs[:-3]:
-                    self.zk.delete_async(f"{gen_path}/HOB-{old:010d}", version=0).rawlink(
+                    self._zk().delete_async(f"{gen_path}/HOB-{old:010d}", version=0).rawlink(
                         _log_failed_delete(f"{gen_path}/HOB-{old:010d}", logging.DEBUG))
             if low is None:
                 if high + 1 >= 2**31:
@@ -104,7 +120,7 @@ class ZkIdGeneration:
         path = f"{gen_path}/HOB-{high:010d}"
         log.info("ledger id generator: new high-order directory %s", path)
         try:
-            self._call(f"create {path}", self.zk.create_async, path, b"", makepath=True)
+            self._call(f"create {path}", self._zk().create_async, path, b"", makepath=True)
         except NodeExistsError:
             pass
         self._hobs = None

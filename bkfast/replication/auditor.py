@@ -1,63 +1,66 @@
 """The auditor (Java's Auditor, spec §7.3): notices lost bookies and marks their ledgers under-replicated.
 
-Owns one thread that runs while this process is the elected auditor:
+Owns one thread (loop.ThreadLoop) that runs while this process is the elected auditor; it reaches the metadata
+only through the metadata driver (`bk.driver`: bookies, ledgers) and the UnderReplicationManager it is given:
 - creates `lostBookieRecoveryDelay` from the conf if absent, and audits once at start;
-- watches `available/` and `available/readonly/` (read-only counts as available). Newly missing bookies are
+- watches the registered bookies (read-only counts as available). Newly missing bookies are
   audited at once when the delay is 0 or more than one bookie is pending, else one audit is scheduled after
   the delay and cancelled if every pending bookie comes back;
-- a change of the delay node cancels a pending audit; a new value of 0 or the same value (`triggeraudit`)
+- a change of the delay cancels a pending audit; a new value of 0 or the same value (`triggeraudit`)
   audits now, another value reschedules;
 - the audit waits while replication is disabled, indexes bookie -> ledgers from all metadata (`scan`, reads
   pipelined), and marks every ledger of every lost bookie with that bookie (no bookie is contacted);
 - periodic tasks: the bookie audit every `auditorPeriodicBookieCheckInterval` s and checkAllLedgers every
-  `auditorPeriodicCheckInterval` s (`checker.bad_bookies` on every ledger; writes `checkallledgersctime`),
+  `auditorPeriodicCheckInterval` s (`checker.bad_bookies` on every ledger; records its CHECK_ALL_LEDGERS_CTIME),
   skipped while disabled or while a delayed audit is pending (apache/bookkeeper#3817); their first run waits
-  max(0, interval - age of their ctime node);
-- the placement policy check every `auditorPeriodicPlacementPolicyCheckInterval` s (writes
-  `placementpolicycheckctime`; same skipping and first run): the closed ledgers that break the client's
+  max(0, interval - age of their last recorded run);
+- the placement policy check every `auditorPeriodicPlacementPolicyCheckInterval` s (records its
+  PLACEMENT_POLICY_CHECK_CTIME; same skipping and first run): the closed ledgers that break the client's
   placement policy, and those that meet it only softly, counted on the stats
   (`num_ledgers_not_adhering_to_placement_policy`, `num_ledgers_softly_adhering_to_placement_policy`) and in
   `last_placement_check`; with `repairedPlacementPolicyNotAdheringBookieEnable` each ledger that breaks it is
   marked (no missing replica named) so that a worker moves its replicas (placement_check).
-Scoped ledgers (scope != 0) cannot be named by Java's marks and are not marked.
+Scoped ledgers (scope != 0) cannot be named by Java's marks and are not marked. The keys it follows come as
+an AuditorSettings (settings.py).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from twisted.internet import defer
 
 from bkfast._stats import now_ns
 from bkfast.ids import LedgerId
+from bkfast.meta.underreplication import CHECK_ALL_LEDGERS_CTIME, PLACEMENT_POLICY_CHECK_CTIME, UnderReplicationManager
 
 from . import scan
 from .checker import bad_bookies
+from .loop import ThreadLoop, available_bookies
 from .placement_check import placement_check
-from .zk_urm import CHECK_ALL_LEDGERS_CTIME, PLACEMENT_POLICY_CHECK_CTIME, UnderReplicationManager
+from .settings import AuditorSettings
 
 __all__ = ["Auditor"]
 
 log = logging.getLogger(__name__)
 
 
-class Auditor:
-    """See the module docstring. `call(fn, ...)` runs async work on the reactor and waits (bkfast.reactor.call)."""
+class Auditor(ThreadLoop):
+    """See the module docstring. `bk` is an AsyncBookKeeper (its driver is the metadata store); `call(fn, ...)`
+    runs async work on the reactor and waits (bkfast.reactor.call)."""
 
-    def __init__(self, zk, root: str, layout: str, urm: UnderReplicationManager, conf, bk, stats, call):
-        self.zk = zk
-        self.root = root.rstrip("/")
-        self.layout = layout
+    thread_name = "bk-auditor"
+
+    def __init__(self, urm: UnderReplicationManager, settings: AuditorSettings, bk, stats, call):
+        super().__init__()
         self.urm = urm
-        self.conf = conf
+        self.settings = settings
         self.bk = bk
+        self.driver = bk.driver
         self.stats = stats
         self.call = call
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._cancel_bookie_watch = None
         self._bookies_changed = True
         self._delay_changed = False
         self._delay: int | None = None
@@ -67,36 +70,26 @@ class Auditor:
         self.last_audit: dict = {}
         self.last_placement_check: dict = {}
 
-    # --- lifecycle --------------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="bk-auditor", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(30)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     # --- watches ------------------------------------------------------------------------------------------
     def _available(self) -> set[str]:
-        base = f"{self.root}/available"
-        writable = {c for c in self.zk.get_children(base, watch=self._on_bookies) if c != "readonly"}
-        try:
-            read_only = set(self.zk.get_children(f"{base}/readonly", watch=self._on_bookies))
-        except Exception:
-            read_only = set()
-        return writable | read_only
+        return available_bookies(self.driver, self.call)
 
-    def _on_bookies(self, _event) -> None:
+    def _watch_bookies(self) -> None:
+        self._cancel_bookie_watch = self.call(self.driver.watch_bookies, self._on_bookies, timeout=60)
+
+    def _unwatch_bookies(self) -> None:
+        cancel, self._cancel_bookie_watch = self._cancel_bookie_watch, None
+        if cancel is not None:
+            try:
+                self.call(cancel, timeout=10)
+            except Exception as err:
+                log.info("auditor: cancelling the bookie watch: %s", err)
+
+    def _on_bookies(self, _writable: dict, _read_only: dict) -> None:
         self._bookies_changed = True
         self._wake.set()
 
-    def _on_delay(self, _event) -> None:
+    def _on_delay(self) -> None:
         self._delay_changed = True
         self._wake.set()
 
@@ -104,57 +97,70 @@ class Auditor:
     def _run(self) -> None:
         try:
             self.urm.ensure_layout()
-            self.urm.init_lost_bookie_recovery_delay(self.conf.get("lostBookieRecoveryDelay"))
+            self.urm.init_lost_bookie_recovery_delay(self.settings.lost_bookie_recovery_delay_s)
             self._delay = self.urm.get_lost_bookie_recovery_delay(watch=self._on_delay)
+            self._watch_bookies()
             self._known = self._available()
             self._bookies_changed = False
             self.audit()
-            bookie_every = self.conf.get("auditorPeriodicBookieCheckInterval")
-            check_every = self.conf.get("auditorPeriodicCheckInterval")
-            placement_every = self.conf.get("auditorPeriodicPlacementPolicyCheckInterval")
-            next_bookie_check = time.monotonic() + bookie_every if bookie_every > 0 else None
-            next_check_all = self._first_run(check_every, CHECK_ALL_LEDGERS_CTIME)
-            next_placement = self._first_run(placement_every, PLACEMENT_POLICY_CHECK_CTIME)
+            periodic = self._periodic_tasks()
             while not self._stop.is_set():
-                deadlines = [t for t in (self._audit_at, next_bookie_check, next_check_all, next_placement)
-                             if t is not None]
+                deadlines = [t for t in (self._audit_at, *(task[0] for task in periodic)) if t is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else 5.0
-                self._wake.wait(min(timeout, 5.0))
-                self._wake.clear()
+                self._sleep(min(timeout, 5.0))
                 if self._stop.is_set():
                     break
-                if self._bookies_changed:
-                    self._bookies_changed = False
-                    self._handle_bookie_change()
-                if self._delay_changed:
-                    self._delay_changed = False
-                    self._handle_delay_change()
-                now = time.monotonic()
-                if self._audit_at is not None and now >= self._audit_at:
-                    self._audit_at = None
-                    self._pending_lost.clear()
-                    self.audit()
-                if next_bookie_check is not None and now >= next_bookie_check:
-                    next_bookie_check = now + bookie_every
-                    if self._audit_at is None and self.urm.is_enabled():
-                        self.audit()
-                if next_check_all is not None and now >= next_check_all:
-                    next_check_all = now + check_every
-                    if self._audit_at is None and self.urm.is_enabled():
-                        self.check_all_ledgers()
-                if next_placement is not None and time.monotonic() >= next_placement:
-                    next_placement = time.monotonic() + placement_every
-                    if self._audit_at is None and self.urm.is_enabled():
-                        self.placement_policy_check()
+                self._handle_events()
+                self._run_due(periodic)
         except Exception:
             if not self._stop.is_set():
                 log.exception("auditor stopped on an error")
+        finally:
+            self._unwatch_bookies()
 
-    def _first_run(self, interval: int, ctime_node: str) -> float | None:
-        """When a periodic check first runs: max(0, interval - age of its ctime node); None when off."""
+    def _periodic_tasks(self) -> list[list]:
+        """[next run (monotonic s, None = off), interval s, task] of the bookie audit, checkAllLedgers and the
+        placement check; the bookie audit first runs one interval from now, the others as `_first_run` says."""
+        settings = self.settings
+        bookie_every = settings.bookie_check_interval_s
+        return [
+            [time.monotonic() + bookie_every if bookie_every > 0 else None, bookie_every, self.audit],
+            [self._first_run(settings.check_all_ledgers_interval_s, CHECK_ALL_LEDGERS_CTIME),
+             settings.check_all_ledgers_interval_s, self.check_all_ledgers],
+            [self._first_run(settings.placement_check_interval_s, PLACEMENT_POLICY_CHECK_CTIME),
+             settings.placement_check_interval_s, self.placement_policy_check],
+        ]
+
+    def _handle_events(self) -> None:
+        """What the watches announced: bookies gone or back, a new delay; then a delayed audit that is due."""
+        if self._bookies_changed:
+            self._bookies_changed = False
+            self._handle_bookie_change()
+        if self._delay_changed:
+            self._delay_changed = False
+            self._handle_delay_change()
+        if self._audit_at is not None and time.monotonic() >= self._audit_at:
+            self._audit_at = None
+            self._pending_lost.clear()
+            self.audit()
+
+    def _run_due(self, periodic: list[list]) -> None:
+        """Each periodic task that is due, unless replication is disabled or a delayed audit is pending
+        (apache/bookkeeper#3817)."""
+        for task in periodic:
+            next_at, every, run = task
+            now = time.monotonic()
+            if next_at is None or now < next_at:
+                continue
+            task[0] = now + every
+            if self._audit_at is None and self.urm.is_enabled():
+                run()
+
+    def _first_run(self, interval: int, check: str) -> float | None:
+        """When a periodic check first runs: max(0, interval - age of its last recorded run); None when off."""
         if interval <= 0:
             return None
-        last = self.urm.get_ctime(ctime_node)
+        last = self.urm.get_ctime(check)
         age = time.time() - last / 1000.0 if last > 0 else None
         return time.monotonic() + (max(0.0, interval - age) if age is not None else 0.0)
 
@@ -210,10 +216,9 @@ class Auditor:
     # --- audits -------------------------------------------------------------------------------------------
     def _wait_enabled(self) -> bool:
         while not self._stop.is_set():
-            if self.urm.is_enabled(watch=lambda _e: self._wake.set()):
+            if self.urm.is_enabled(watch=self._wake.set):
                 return True
-            self._wake.wait(5.0)
-            self._wake.clear()
+            self._sleep(5.0)
         return False
 
     def audit(self) -> dict:
@@ -233,7 +238,7 @@ class Auditor:
         java = self.stats.auditor
         started = time.monotonic()
         sizes: dict[LedgerId, int] = {}
-        index, count = scan.bookie_ledger_index(self.zk, self.root, self.layout, sizes=sizes)
+        index, count = scan.bookie_ledger_index(self.driver, self.call, sizes=sizes)
         scanned = time.monotonic() - started
         available = self._available()
         java.bookie_to_ledgers_map_creation_time.ok_since(start)
@@ -271,10 +276,10 @@ class Auditor:
     def _check_all_ledgers(self) -> int:
         java = self.stats.auditor
         available = self._available()
-        ledgers = scan.list_ledger_ids(self.zk, self.root, self.layout)
+        ledgers = scan.list_ledger_ids(self.driver, self.call)
         marked = 0
-        pct = self.conf.get("auditorLedgerVerificationPercentage")
-        for lid, md in scan.iter_metadata(self.zk, self.root, ledgers, self.layout):
+        pct = self.settings.verification_percentage
+        for lid, md in scan.iter_metadata(self.driver, self.call, ledgers):
             if self._stop.is_set() or not self.urm.is_enabled():
                 return marked
             if lid.scope_id != 0:
@@ -300,15 +305,14 @@ class Auditor:
     def placement_policy_check(self) -> dict:
         """The placement policy check (see the module docstring); returns what it found."""
         start = now_ns()
-        repair = self.conf.get("repairedPlacementPolicyNotAdheringBookieEnable")
+        repair = self.settings.repair_placement
         marked = []
 
         def mark(lid: LedgerId) -> None:
             if repair and lid.scope_id == 0 and self.urm.mark(lid.ledger_id, []):
                 marked.append(lid.ledger_id)
 
-        report = placement_check(self.zk, self.root, self.layout, self.bk, self.call, stop=self._stop.is_set,
-                                 on_failing=mark)
+        report = placement_check(self.bk, self.call, stop=self._stop.is_set, on_failing=mark)
         self.urm.set_ctime(PLACEMENT_POLICY_CHECK_CTIME, int(time.time() * 1000))
         self.stats.num_ledgers_not_adhering_to_placement_policy = len(report.not_adhering)
         self.stats.num_ledgers_softly_adhering_to_placement_policy = len(report.softly_adhering)

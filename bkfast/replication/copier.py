@@ -89,7 +89,7 @@ def segment_ranges(md: LedgerMetadata, last_entry: int) -> list[tuple[int, int, 
 async def _read_verified(bk, ledger: LedgerId, entry_id: int, sources: list[str], digest: DigestContext):
     """(The stored bytes of `entry_id`, its payload's length) from the first source that has a valid copy,
     or None."""
-    errors = []
+    errors: list[BKError] = []
     for bookie in sources:
         try:
             data = await bk.bookie_client.read_entry(bookie, ledger.ledger_id, entry_id, scope_id=ledger.scope_id)

@@ -74,14 +74,15 @@ def locate_bookies(bk, bookies, call: Callable) -> None:
         call(topology.apply, found, timeout=60)
 
 
-def placement_check(zk, root: str, layout: str, bk, call: Callable, stop: Callable[[], bool] = lambda: False,
+def placement_check(bk, call: Callable, stop: Callable[[], bool] = lambda: False,
                     on_failing: Callable[[LedgerId], None] | None = None) -> PlacementReport:
     """See the module docstring. `on_failing(ledger)` is called for each ledger that does not adhere (the
     auditor marks it); `stop()` ends the scan early."""
     started = time.monotonic()
     report = PlacementReport()
     closed = []
-    for lid, md in scan.iter_metadata(zk, root, scan.list_ledger_ids(zk, root, layout), layout):
+    driver = bk.driver
+    for lid, md in scan.iter_metadata(driver, call, scan.list_ledger_ids(driver, call)):
         if stop():
             break
         if md.is_closed:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import time
 
-from twisted.internet import defer, threads
+from twisted.internet import defer
 
 from bkfast.errors import AdminError
 from bkfast.ids import LedgerId
-from bkfast.meta import ledger_paths as lp
 
 from .copier import ByteRateLimiter
 from .rereplicate import FAILED, LOST, OK, PLANNED, rereplicate_ledger
@@ -25,18 +24,10 @@ CONCURRENT_LEDGERS = 4
 
 
 async def list_all_ledgers(bk) -> list[LedgerId]:
-    """Every ledger of scope 0 and of every scope under `<root>/scoped`."""
+    """Every ledger of scope 0 and of every other scope the metadata driver lists."""
     ledgers = [LedgerId(0, i) for i in await bk.list_ledgers(0)]
-    zk = getattr(bk.driver, "zk", None)
-    if zk is not None:
-        scoped = f"{bk.driver.root}/{lp.SCOPED}"
-        names = await threads.deferToThread(lambda: zk.get_children(scoped) if zk.exists(scoped) else [])
-        for name in names:
-            try:
-                scope = int(name, 16)
-            except ValueError:
-                continue
-            ledgers += [LedgerId(scope, i) for i in await bk.list_ledgers(scope)]
+    for scope in await bk.driver.list_scopes():
+        ledgers += [LedgerId(scope, i) for i in await bk.list_ledgers(scope)]
     return ledgers
 
 

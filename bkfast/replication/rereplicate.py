@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from bkfast.client.stats import stats_of, timed
 from bkfast.errors import BKError, BKNoSuchLedgerExistsException, BKNotEnoughBookiesException
 from bkfast.ids import LedgerId
+from bkfast.meta.ledger_metadata import LedgerMetadata
 
 from .copier import ByteRateLimiter, CopyStats, copy_segment, segment_ranges, swap_bookies
 
@@ -91,6 +92,7 @@ def choose_segment_replacements(bk, ensemble: tuple[str, ...], failed: Collectio
     fits = info is not None and not info.read_only and target not in set(ensemble) | failed
     members = list(ensemble)
     if fits and not target_hint:
+        assert target is not None, "fits only when a target was given"
         members[positions[0]] = target
     chosen = list(placement.replace_bookies(bk.writable_bookies, tuple(members), w, a, failed, scope_id))
     if fits and target_hint and target not in chosen:
@@ -120,55 +122,94 @@ async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, t
         return LedgerOutcome(ledger, UNAFFECTED)
     outcome = LedgerOutcome(ledger, OK)
     if not md.is_closed and failed & set(md.last_ensemble[1]):
-        if skip_open:
-            outcome.status = SKIPPED_OPEN
+        md = await _fence_open_ledger(bk, outcome, md, dry_run=dry_run, skip_open=skip_open, fence_open=fence_open)
+        if md is None:
             return outcome
-        if dry_run:
-            outcome.fence_required = True
-        elif not fence_open:
-            outcome.status = OPEN_LAST_SEGMENT
-            return outcome
-        else:
-            try:
-                handle = await bk.open_ledger(ledger.ledger_id, md.password, recovery=True, scope_id=ledger.scope_id)
-                await handle.close()
-            except BKNoSuchLedgerExistsException:
-                return LedgerOutcome(ledger, DELETED)
-            except BKError as err:
-                return _failed(outcome, err, f"fencing and recovering the open ledger failed: {err}")
-            outcome.fenced = True
-            try:
-                md = (await bk.driver.read_ledger_metadata(ledger)).metadata
-            except BKNoSuchLedgerExistsException:
-                return LedgerOutcome(ledger, DELETED)
+    copy = _SegmentCopy(bk, ledger, md, failed, target, target_hint, dry_run, limiter, window, on_entry, recorder)
     last_entry = md.last_entry_id if md.is_closed else -1
+    last: int | None
     for index, (first, last, ensemble) in enumerate(segment_ranges(md, last_entry)):
         if not failed & set(ensemble):
             continue
         if not md.is_closed and index == len(md.ensembles) - 1:
             last = None                              # dry run of an open ledger: the end is known after fencing
+        stop = await copy.segment(outcome, first, last, ensemble)
+        if stop is not None:
+            return stop
+    if dry_run:
+        outcome.status = PLANNED
+    return outcome
+
+
+async def _fence_open_ledger(bk, outcome: LedgerOutcome, md, *, dry_run: bool, skip_open: bool, fence_open: bool):
+    """An open ledger whose last segment holds a failed bookie: skipped, planned (dry run), left to the worker's
+    grace period, or fenced and recovered by the client. The metadata to go on with, or None when `outcome`
+    (updated) is the answer."""
+    ledger = outcome.ledger
+    if skip_open:
+        outcome.status = SKIPPED_OPEN
+        return None
+    if dry_run:
+        outcome.fence_required = True
+        return md
+    if not fence_open:
+        outcome.status = OPEN_LAST_SEGMENT
+        return None
+    try:
+        handle = await bk.open_ledger(ledger.ledger_id, md.password, recovery=True, scope_id=ledger.scope_id)
+        await handle.close()
+        outcome.fenced = True
+        return (await bk.driver.read_ledger_metadata(ledger)).metadata
+    except BKNoSuchLedgerExistsException:
+        outcome.status, outcome.fenced = DELETED, False     # as a ledger found gone before fencing reports it
+    except BKError as err:
+        if outcome.fenced:
+            raise
+        _failed(outcome, err, f"fencing and recovering the open ledger failed: {err}")
+    return None
+
+
+@dataclass
+class _SegmentCopy:
+    """What every segment of one ledger is re-replicated with: choose replacements, copy, CAS the ensemble."""
+
+    bk: object
+    ledger: LedgerId
+    md: LedgerMetadata
+    failed: set[str]
+    target: str | None
+    target_hint: bool
+    dry_run: bool
+    limiter: ByteRateLimiter | None
+    window: int
+    on_entry: object
+    recorder: object
+
+    async def segment(self, outcome: LedgerOutcome, first: int, last, ensemble) -> LedgerOutcome | None:
+        """One segment listing a failed bookie; the ledger's final outcome when it must stop here, else None."""
+        bk, ledger, md = self.bk, self.ledger, self.md
         try:
-            replacements = timed(stats_of(bk).replace_bookie, choose_segment_replacements, bk, ensemble, failed,
-                                 ledger.scope_id, target, write_quorum=md.write_quorum_size,
-                                 ack_quorum=md.ack_quorum_size, target_hint=target_hint)
+            replacements = timed(stats_of(bk).replace_bookie, choose_segment_replacements, bk, ensemble, self.failed,
+                                 ledger.scope_id, self.target, write_quorum=md.write_quorum_size,
+                                 ack_quorum=md.ack_quorum_size, target_hint=self.target_hint)
         except BKNotEnoughBookiesException as err:
             return _failed(outcome, err, f"segment at entry {first}: {err}")
         new_ensemble = tuple(replacements.get(i, b) for i, b in enumerate(ensemble))
         seg = {"firstEntryId": first, "lastEntryId": last, "oldEnsemble": list(ensemble),
                "newEnsemble": list(new_ensemble)}
         outcome.segments.append(seg)
-        if dry_run:
-            continue
+        if self.dry_run:
+            return None
         try:
-            stats = await copy_segment(bk, ledger, md, first, last, ensemble, replacements, limiter, window, on_entry,
-                                       recorder=recorder)
+            stats = await copy_segment(bk, ledger, md, first, last, ensemble, replacements, self.limiter, self.window,
+                                       self.on_entry, recorder=self.recorder)
         except BKError as err:
             return _failed(outcome, err, f"copying segment at entry {first} failed: {err}")
         outcome.stats.add(stats)
         if stats.lost:
             seg["lostEntries"] = stats.lost
             outcome.status = LOST
-            continue
+            return None
         try:
             await swap_bookies(bk, ledger, first, {ensemble[i]: new for i, new in replacements.items()})
         except BKNoSuchLedgerExistsException:
@@ -176,6 +217,4 @@ async def rereplicate_ledger(bk, ledger: LedgerId, failed: Collection[str], *, t
         except BKError as err:
             return _failed(outcome, err, f"updating the metadata of segment {first} failed: {err}")
         outcome.replicated_segments += 1
-    if dry_run:
-        outcome.status = PLANNED
-    return outcome
+        return None

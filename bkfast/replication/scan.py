@@ -1,20 +1,19 @@
-"""Reading every ledger's metadata fast, for the auditor (Java's BookieLedgerIndexer) and `listunderreplicated`.
+"""Reading every ledger's metadata fast, for the auditor (Java's BookieLedgerIndexer) and the placement check.
 
-Owns the walk of the ledger tree (hierarchical short and long paths, flat, and every scope under
-`<root>/scoped`) and the metadata reads, pipelined with a bounded number in flight (`window`) on one kazoo
-session instead of one ledger at a time. Blocking: auditor thread or shell only.
+Owns the listing of every ledger of every scope and the metadata reads in windows (`window` ledgers per
+`MetadataDriver.read_many_ledger_metadata`, which a driver pipelines), through the metadata driver only.
+Blocking: auditor thread or shell only; `call` runs a driver operation on the reactor and waits for it
+(bkfast.reactor.call).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from kazoo.exceptions import NoNodeError
-
+from bkfast.errors import BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
-from bkfast.meta import ledger_paths as lp
-from bkfast.meta.ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata
+from bkfast.meta.ledger_metadata import LedgerMetadata, LedgerMetadataFormatError
 
 __all__ = ["list_ledger_ids", "iter_metadata", "bookie_ledger_index", "DEFAULT_WINDOW"]
 
@@ -24,81 +23,50 @@ DEFAULT_WINDOW = 1000
 _TIMEOUT_S = 60.0
 
 
-def _children(zk, paths: list[str], window: int = DEFAULT_WINDOW) -> list[tuple[str, list[str]]]:
-    out = []
-    for start in range(0, len(paths), window):
-        pending = [(p, zk.get_children_async(p)) for p in paths[start:start + window]]
-        for path, ar in pending:
-            try:
-                out.append((path, ar.get(timeout=_TIMEOUT_S)))
-            except NoNodeError:
-                out.append((path, []))
+def list_ledger_ids(driver, call: Callable) -> list[LedgerId]:
+    """Every ledger with metadata (all scopes)."""
+    out = [LedgerId(0, i) for i in call(driver.list_ledgers, 0, timeout=_TIMEOUT_S)]
+    for scope in call(driver.list_scopes, timeout=_TIMEOUT_S):
+        out += [LedgerId(scope, i) for i in call(driver.list_ledgers, scope, timeout=_TIMEOUT_S)]
     return out
 
 
-def _walk(zk, base: str, tops: list[str], depth: int) -> list[list[str]]:
-    level = [[t] for t in tops]
-    for _ in range(depth - 1):
-        kids = _children(zk, ["/".join([base, *c]) for c in level])
-        level = [[*comps, k] for comps, (_p, names) in zip(level, kids, strict=True) for k in names if lp.is_middle(k)]
-    kids = _children(zk, ["/".join([base, *c]) for c in level])
-    return [[*comps, k] for comps, (_p, names) in zip(level, kids, strict=True) for k in names]
-
-
-def list_ledger_ids(zk, root: str, layout: str = "hierarchical") -> list[LedgerId]:
-    """Every ledger with metadata under `root` (all scopes)."""
-    root = root.rstrip("/")
-    tops = [c for c in zk.get_children(root) if not lp.is_reserved(c)]
-    out: list[LedgerId] = []
-    if layout == "flat":
-        out += [LedgerId(0, i) for i in map(lp.id_from_flat, tops) if i is not None]
-    else:
-        out += [LedgerId(0, i) for i in (lp.id_from_short(*c) for c in _walk(zk, root, [t for t in tops
-                                                                                       if lp.is_short_top(t)], 2))
-                if i is not None]
-        out += [LedgerId(0, i) for i in (lp.id_from_long(*c) for c in _walk(zk, root, [t for t in tops
-                                                                                      if lp.is_long_top(t)], 4))
-                if i is not None]
-    scoped = f"{root}/{lp.SCOPED}"
+def _read_window(driver, call: Callable, chunk: list[LedgerId]) -> dict:
+    """ledger -> Versioned for the chunk; when one ledger's metadata does not parse, the others are read one
+    by one so that only the unreadable one is skipped."""
     try:
-        scopes = zk.get_children(scoped)
-    except NoNodeError:
-        scopes = []
-    for name in scopes:
+        return call(driver.read_many_ledger_metadata, chunk, timeout=_TIMEOUT_S)
+    except LedgerMetadataFormatError:
+        pass
+    found = {}
+    for lid in chunk:
         try:
-            scope = int(name, 16)
-        except ValueError:
+            found[lid] = call(driver.read_ledger_metadata, lid, timeout=_TIMEOUT_S)
+        except BKNoSuchLedgerExistsException:
             continue
-        base = lp.scope_root(root, scope)
-        found = _walk(zk, base, [t for t in zk.get_children(base) if lp.is_long_top(t)], 4)
-        out += [LedgerId(scope, i) for i in (lp.id_from_long(*c) for c in found) if i is not None]
-    return out
+        except LedgerMetadataFormatError as err:
+            log.warning("ledger %s: unreadable metadata skipped: %s", lid, err)
+    return found
 
 
-def iter_metadata(zk, root: str, ledgers: list[LedgerId], layout: str = "hierarchical",
+def iter_metadata(driver, call: Callable, ledgers: list[LedgerId],
                   window: int = DEFAULT_WINDOW) -> Iterator[tuple[LedgerId, LedgerMetadata]]:
     """(ledger, metadata) for every ledger that still exists, `window` reads in flight at a time."""
     for start in range(0, len(ledgers), window):
         chunk = ledgers[start:start + window]
-        pending = [(lid, zk.get_async(lp.ledger_path(root, lid, layout))) for lid in chunk]
-        for lid, ar in pending:
-            try:
-                data, _stat = ar.get(timeout=_TIMEOUT_S)
-            except NoNodeError:
-                continue
-            try:
-                yield lid, parse_metadata(data)
-            except LedgerMetadataFormatError as err:
-                log.warning("ledger %s: unreadable metadata skipped: %s", lid, err)
+        found = _read_window(driver, call, chunk)
+        for lid in chunk:
+            if lid in found:
+                yield lid, found[lid].metadata
 
 
-def bookie_ledger_index(zk, root: str, layout: str = "hierarchical", window: int = DEFAULT_WINDOW,
+def bookie_ledger_index(driver, call: Callable, window: int = DEFAULT_WINDOW,
                         sizes: dict[LedgerId, int] | None = None) -> tuple[dict[str, set[LedgerId]], int]:
     """(bookie id -> ledgers with a segment on it, number of ledgers read); each ledger's length goes into
     `sizes` when given."""
     index: dict[str, set[LedgerId]] = {}
     count = 0
-    for lid, md in iter_metadata(zk, root, list_ledger_ids(zk, root, layout), layout, window):
+    for lid, md in iter_metadata(driver, call, list_ledger_ids(driver, call), window):
         count += 1
         if sizes is not None:
             sizes[lid] = md.length

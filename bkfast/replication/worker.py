@@ -1,7 +1,8 @@
 """The replication worker (Java's ReplicationWorker, spec §7.5): takes marked ledgers and re-replicates them.
 
-Owns one thread. Loop: wait while `disable` exists; list the marks in random order; skip locked ones; take one
-by creating its ephemeral lock; then:
+Owns one thread (loop.ThreadLoop); the metadata it reaches through the metadata driver (`bk.driver`) and the
+UnderReplicationManager it is given. Loop: wait while replication is disabled; list the marks in random order;
+skip locked ones; take one by taking its lock (held by this process's metadata session); then:
 - metadata gone -> the mark is dropped (apache/bookkeeper#3316);
 - the failed bookies are those of the ledger's segments that are not registered (writable or read-only); when
   every bookie is registered, those that do not answer for entries they should hold (read as checkAllLedgers
@@ -17,9 +18,9 @@ by creating its ephemeral lock; then:
   once naming the ledger and entries, counted as unrecoverable and the mark dropped, never retried in a loop
   (apache/bookkeeper#4872); other failures (e.g. no bookie to replace with, apache/bookkeeper#3905) -> the lock
   is released after `lockReleaseOfFailedLedgerGracePeriod`/32 * 2^n (n-th failure; the full period from the
-  5th) and the worker backs off `rwRereplicateBackoffMs`; an unexpected error (ZooKeeper gone mid-way) releases
-  the lock at once.
-Copies are throttled by `replicationRateByBytes`.
+  5th) and the worker backs off `rwRereplicateBackoffMs`; an unexpected error (the metadata store gone mid-way)
+  releases the lock at once.
+Copies are throttled by `replicationRateByBytes`. The keys come as a WorkerSettings (settings.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import logging
 import random
 import threading
 import time
+from dataclasses import dataclass
 
 from twisted.internet import defer
 
@@ -35,12 +37,15 @@ from bkfast._stats import now_ns
 from bkfast.client.placement import Adherence
 from bkfast.errors import BKNoSuchLedgerExistsException
 from bkfast.ids import LedgerId
+from bkfast.meta.ledger_metadata import LedgerMetadata
+from bkfast.meta.underreplication import MarkInfo, UnderReplicationManager
 
 from .checker import bad_bookies
 from .copier import ByteRateLimiter
+from .loop import ThreadLoop, available_bookies
 from .placement_check import ledger_adherence, locate_bookies, repair_placement
 from .rereplicate import DELETED, FAILED, LOST, OK, OPEN_LAST_SEGMENT, UNAFFECTED, rereplicate_ledger
-from .zk_urm import UnderReplicationManager
+from .settings import WorkerSettings
 
 __all__ = ["ReplicationWorker"]
 
@@ -49,61 +54,51 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0
 
 
-class ReplicationWorker:
+@dataclass
+class _Pass:
+    """One locked ledger being handled: its mark, id, metadata and the bookies judged failed."""
+
+    info: MarkInfo
+    ledger: LedgerId
+    md: LedgerMetadata
+    failed: set[str]
+
+    @property
+    def ledger_id(self) -> int:
+        return self.ledger.ledger_id
+
+
+class ReplicationWorker(ThreadLoop):
     """See the module docstring. `bk` is an AsyncBookKeeper; `call` runs async work on its reactor and waits."""
 
-    def __init__(self, zk, root: str, urm: UnderReplicationManager, conf, bk, stats, call,
+    thread_name = "bk-replication-worker"
+    join_s = 60.0
+
+    def __init__(self, urm: UnderReplicationManager, settings: WorkerSettings, bk, stats, call,
                  local_bookie: str | None = None):
-        self.zk = zk
-        self.root = root.rstrip("/")
+        super().__init__()
         self.urm = urm
-        self.conf = conf
+        self.settings = settings
         self.bk = bk
         self.stats = stats
         self.call = call
         self.local_bookie = local_bookie
-        rate = conf.get("replicationRateByBytes")
+        rate = settings.rate_bytes
         self.limiter = ByteRateLimiter(rate, bk.reactor) if rate and rate > 0 else None
-        self.grace_s = conf.get("openLedgerRereplicationGracePeriod") / 1000.0
-        self.backoff_s = conf.get("rwRereplicateBackoffMs") / 1000.0
-        self.lock_grace_s = conf.get("lockReleaseOfFailedLedgerGracePeriod") / 1000.0
-        self.repair_not_adhering = conf.get("repairedPlacementPolicyNotAdheringBookieEnable")
+        self.grace_s = settings.open_ledger_grace_s
+        self.backoff_s = settings.backoff_s
+        self.lock_grace_s = settings.lock_grace_s
+        self.repair_not_adhering = settings.repair_placement
         self._failures: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
         self._reported_lost: set[tuple[int, tuple]] = set()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="bk-replication-worker", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(60)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _sleep(self, seconds: float) -> None:
-        self._wake.wait(seconds)
-        self._wake.clear()
-
     def _available(self) -> set[str]:
-        base = f"{self.root}/available"
-        writable = {c for c in self.zk.get_children(base) if c != "readonly"}
-        try:
-            return writable | set(self.zk.get_children(f"{base}/readonly"))
-        except Exception:
-            return writable
+        return available_bookies(self.bk.driver, self.call)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                if not self.urm.is_enabled(watch=lambda _e: self._wake.set()):
+                if not self.urm.is_enabled(watch=self._wake.set):
                     self._sleep(5.0)
                     continue
                 if not self._take_one():
@@ -175,6 +170,19 @@ class ReplicationWorker:
             java.exception("BKNoSuchLedgerExistsOnMetadataServerException")
 
     def _process(self, ledger_id: int) -> str:
+        job = self._judge(ledger_id)
+        if isinstance(job, str):
+            return job
+        started = time.monotonic()
+        outcome = self._rereplicate_waiting_for_writer(job)
+        if outcome is None:
+            return FAILED
+        self._record_outcome(outcome, not job.failed)
+        return self._settle(job, outcome, max(time.monotonic() - started, 1e-6))
+
+    def _judge(self, ledger_id: int) -> _Pass | str:
+        """The locked ledger's mark, metadata and failed bookies; or the status when nothing is to be copied
+        (mark gone, ledger deleted, every bookie back and serving: the mark is dropped)."""
         urm = self.urm
         info = urm.get_mark(ledger_id)
         if info is None:
@@ -201,36 +209,44 @@ class ReplicationWorker:
             urm.mark_replicated(ledger_id, info.version)
             self.stats.incr("replicated_ledgers")
             return UNAFFECTED
-        started = time.monotonic()
-        outcome = self._rereplicate(ledger, failed, fence_open=False)
-        if outcome.status == OPEN_LAST_SEGMENT:
-            log.info("ledger %d is open with failed bookies %s in its last segment: waiting %.1f s for the writer",
-                     ledger_id, sorted(failed), self.grace_s)
-            self._stop.wait(self.grace_s)
-            if self._stop.is_set():
-                urm.release_lock(ledger_id)
-                return FAILED
-            failed = self._current_failed(ledger) or failed
-            outcome = self._rereplicate(ledger, failed, fence_open=True)
-        self._record_outcome(outcome, not failed)
-        elapsed = max(time.monotonic() - started, 1e-6)
+        return _Pass(info, ledger, md, failed)
+
+    def _rereplicate_waiting_for_writer(self, job: _Pass):
+        """The copy; an open ledger with a failed bookie in its last segment first gets the grace period for its
+        writer, then is fenced. None (lock released) when stopped meanwhile."""
+        outcome = self._rereplicate(job.ledger, job.failed, fence_open=False)
+        if outcome.status != OPEN_LAST_SEGMENT:
+            return outcome
+        log.info("ledger %d is open with failed bookies %s in its last segment: waiting %.1f s for the writer",
+                 job.ledger_id, sorted(job.failed), self.grace_s)
+        self._stop.wait(self.grace_s)
+        if self._stop.is_set():
+            self.urm.release_lock(job.ledger_id)
+            return None
+        job.failed = self._current_failed(job.ledger) or job.failed
+        return self._rereplicate(job.ledger, job.failed, fence_open=True)
+
+    def _settle(self, job: _Pass, outcome, elapsed: float) -> str:
+        """Counts, then the mark: resolved (copied, or entries lost: reported once, never retried) or kept with
+        its lock released later (a failure)."""
+        ledger_id, urm = job.ledger_id, self.urm
         self.stats.incr("entries_copied", outcome.stats.entries)
         self.stats.incr("bytes_copied", outcome.stats.bytes)
         if outcome.stats.bytes:
             self.stats.rate_bytes_per_second = outcome.stats.bytes / elapsed
         if outcome.status in (OK, UNAFFECTED, DELETED):
-            urm.mark_replicated(ledger_id, info.version)
+            urm.mark_replicated(ledger_id, job.info.version)
             self.stats.incr("replicated_ledgers")
-            log.info("ledger %d re-replicated off %s: %d entries, %d bytes in %.2f s", ledger_id, sorted(failed),
+            log.info("ledger %d re-replicated off %s: %d entries, %d bytes in %.2f s", ledger_id, sorted(job.failed),
                      outcome.stats.entries, outcome.stats.bytes, elapsed)
         elif outcome.status == LOST:
-            key = (ledger_id, tuple(md.ensembles))
+            key = (ledger_id, tuple(job.md.ensembles))
             if key not in self._reported_lost:
                 self._reported_lost.add(key)
                 self.stats.incr("unrecoverable_ledgers")
                 log.error("ledger %d is unrecoverable: no surviving replica holds entries %s (failed bookies %s); "
-                          "it will not be retried", ledger_id, _ranges(outcome.stats.lost), sorted(failed))
-            urm.mark_replicated(ledger_id, info.version)
+                          "it will not be retried", ledger_id, _ranges(outcome.stats.lost), sorted(job.failed))
+            urm.mark_replicated(ledger_id, job.info.version)
         else:
             self.stats.incr("failed_ledgers")
             self._release_later(ledger_id, outcome.error)
@@ -263,7 +279,7 @@ class ReplicationWorker:
         timer.start()
 
     def _not_serving(self, ledger: LedgerId, md, available: set[str]) -> set[str]:
-        percentage = self.conf.get("auditorLedgerVerificationPercentage")
+        percentage = self.settings.verification_percentage
         return self.call(lambda: defer.ensureDeferred(bad_bookies(self.bk, ledger, md, available, percentage)),
                          timeout=600)
 
@@ -277,7 +293,7 @@ class ReplicationWorker:
 
 def _ranges(ids: list[int]) -> str:
     """[1,2,3,7] -> '1-3,7'."""
-    out = []
+    out: list[list[int]] = []
     for x in sorted(ids):
         if out and out[-1][1] == x - 1:
             out[-1][1] = x

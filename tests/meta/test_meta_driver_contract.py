@@ -18,6 +18,7 @@ from bkfast.meta import bookie_service_info, init_new_cluster
 from bkfast.meta.driver import Versioned
 from bkfast.meta.factory import open_metadata_driver
 from bkfast.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkfast.meta.underreplication import CTIME_NAMES, ReplicationUnavailableError
 from tests.reactor_thread import call
 
 BOOKIES = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
@@ -288,3 +289,117 @@ def test_versioned_is_what_the_interface_promises(driver):
     lid = LedgerId.classic(51)
     value = call(driver.create_ledger_metadata, lid, make_md())
     assert isinstance(value, Versioned) and isinstance(value.metadata, LedgerMetadata)
+
+
+# --- AutoRecovery's metadata: bkfast.meta.underreplication, served by both drivers ------------------------
+
+def test_marks_accumulate_replicas_and_delete_only_at_the_version_seen(driver):
+    urm = driver.under_replication(lock_holder="worker-1")
+    urm.ensure_layout()
+    assert urm.list_marked() == [] and urm.get_mark(5) is None
+    assert urm.mark(5, ["a:1"]) is True
+    assert urm.mark(5, ["a:1"]) is False                      # nothing new: nothing written
+    assert urm.mark(5, ["b:1", "a:1"]) is True
+    seen = urm.get_mark(5)
+    assert seen.replicas == ("a:1", "b:1") and seen.ctime > 0
+    assert urm.mark_many([6, 0x123456789, 5], ["c:1"]) == 3
+    assert sorted(urm.list_marked()) == [5, 6, 0x123456789]
+    assert set(urm.list_marks()) == {5, 6, 0x123456789}
+    assert urm.list_marks()[5].replicas == ("a:1", "b:1", "c:1")
+    assert urm.mark_replicated(5, seen.version) is False      # marked again since: the mark stays
+    assert urm.mark_replicated(5, urm.get_mark(5).version) is True
+    urm.unmark(6)
+    assert urm.list_marked() == [0x123456789]
+
+
+def test_a_mark_without_ctime_reports_minus_one(driver):
+    urm = driver.under_replication(store_ctime=False)
+    urm.mark(7, ["a:1"])
+    assert urm.get_mark(7).ctime == -1
+
+
+def test_a_held_lock_refuses_a_second_worker_until_released_or_its_session_ends(make_driver):
+    first, second = make_driver(), make_driver()
+    mine, theirs = first.under_replication(lock_holder="w1"), second.under_replication(lock_holder="w2")
+    mine.mark(9, ["a:1"])
+    assert mine.try_lock(9) is True
+    assert theirs.try_lock(9) is False
+    assert mine.try_lock(9) is False                          # a lock is not re-entrant either
+    assert theirs.lock_holder_of(9) == "w1" and theirs.locked() == {9}
+    mine.release_lock(9)
+    assert theirs.lock_holder_of(9) is None
+    assert theirs.try_lock(9) is True
+    call(second.close)                                        # the holder's session ends
+    wait_for(lambda: mine.lock_holder_of(9) is None, what="the lock of a closed driver to go")
+    assert mine.try_lock(9) is True
+    assert mine.mark_replicated(9, mine.get_mark(9).version) is True
+    assert mine.locked() == set()                             # resolving a mark releases its lock
+
+
+def test_the_switch_refuses_repeats_and_fires_its_watch_once(make_driver):
+    urm, other = make_driver().under_replication(), make_driver().under_replication()
+    fired = threading.Event()
+    assert urm.is_enabled(watch=fired.set) is True
+    other.disable()
+    assert fired.wait(15)
+    assert urm.is_enabled() is False
+    with pytest.raises(ReplicationUnavailableError, match="already disabled"):
+        urm.disable()
+    fired.clear()
+    assert urm.is_enabled(watch=fired.set) is False
+    other.enable()
+    assert fired.wait(15) and urm.is_enabled()
+    with pytest.raises(ReplicationUnavailableError, match="already enabled"):
+        urm.enable()
+
+
+def test_lost_bookie_recovery_delay_is_initialised_once_and_watched(make_driver):
+    urm, admin = make_driver().under_replication(), make_driver().under_replication()
+    assert urm.get_lost_bookie_recovery_delay() is None
+    urm.init_lost_bookie_recovery_delay(15)
+    urm.init_lost_bookie_recovery_delay(99)                   # present: left alone
+    fired = threading.Event()
+    assert urm.get_lost_bookie_recovery_delay(watch=fired.set) == 15
+    admin.trigger_audit()                                     # the same value, written again: still a change
+    assert fired.wait(15)
+    fired.clear()
+    assert urm.get_lost_bookie_recovery_delay(watch=fired.set) == 15
+    admin.set_lost_bookie_recovery_delay(30)
+    assert fired.wait(15) and urm.get_lost_bookie_recovery_delay() == 30
+    with pytest.raises(ValueError):
+        admin.set_lost_bookie_recovery_delay(2**31)
+
+
+def test_check_ctimes_are_absent_until_recorded(driver):
+    urm = driver.under_replication()
+    for name, value in zip(CTIME_NAMES, (1700000000000, 1700000000001, 1700000000002), strict=True):
+        assert urm.get_ctime(name) == -1
+        urm.set_ctime(name, value)
+        assert urm.get_ctime(name) == value
+
+
+def test_the_earliest_living_candidate_is_the_auditor(make_driver):
+    drivers = [make_driver() for _ in range(3)]
+    first, second, third = (d.auditor_election(f"b{i}:3181") for i, d in enumerate(drivers, 1))
+    observer = drivers[2].auditor_election()
+    assert observer.current_auditor() is None
+    assert first.run_once() is True and first.is_auditor
+    assert second.run_once() is False and third.run_once() is False
+    assert observer.current_auditor() == "b1:3181"
+    call(drivers[0].close)                                    # the auditor's session ends: its vote goes
+    assert second.wait_for_change(15)
+    assert second.run_once() is True and third.run_once() is False
+    assert observer.current_auditor() == "b2:3181"
+    second.withdraw()                                         # a clean step down
+    assert third.wait_for_change(15) and third.run_once() is True
+    assert observer.current_auditor() == "b3:3181"
+    third.interrupt()
+    assert third.wait_for_change(0.1) is True
+
+
+def test_list_scopes_names_the_scopes_holding_ledgers(driver):
+    assert call(driver.list_scopes) == []
+    for scope in (7, 0x10000):
+        call(driver.create_ledger_metadata, LedgerId(scope, 1), make_md())
+    call(driver.create_ledger_metadata, LedgerId(0, 1), make_md())
+    assert call(driver.list_scopes) == [7, 0x10000]

@@ -16,8 +16,8 @@ import pytest
 
 from bkfast import BookKeeper
 from bkfast.errors import BKError
-from bkfast.replication.election import current_auditor
-from bkfast.replication.zk_urm import UnderReplicationManager
+from bkfast.meta.zk_election import ZkAuditorElection
+from bkfast.meta.zk_underreplication import ZkUnderReplicationManager as UnderReplicationManager
 from tests.client_cluster import Cluster
 from tests.replication_support import admin_port, admin_request, check_replicas, shell
 
@@ -95,7 +95,7 @@ class _Writer(threading.Thread):
 def test_kill_9_one_bookie_under_live_writers_heals(cluster):
     rng = random.Random(42)
     urm = _urm(cluster)
-    auditor = _wait("an auditor", lambda: current_auditor(cluster.zk, cluster.root), 60)
+    auditor = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
     bk = BookKeeper(cluster.metadata_uri, timeout=60, addEntryTimeoutSec=5)
     try:
         closed: dict[int, dict[int, bytes]] = {}
@@ -160,7 +160,7 @@ def test_kill_9_one_bookie_under_live_writers_heals(cluster):
 
 def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
     urm = _urm(cluster)
-    auditor_id = _wait("an auditor", lambda: current_auditor(cluster.zk, cluster.root), 60)
+    auditor_id = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
     assert shell(cluster, "lostbookierecoverydelay", "--set", "8").returncode == 0
     bk = BookKeeper(cluster.metadata_uri, timeout=60)
     try:
@@ -193,7 +193,7 @@ def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
 
 def test_trigger_audit_over_http_audits_a_delayed_loss_now(cluster):
     urm = _urm(cluster)
-    auditor_id = _wait("an auditor", lambda: current_auditor(cluster.zk, cluster.root), 60)
+    auditor_id = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
     alive = [b for b in cluster.bookies if b.alive()]
     gone = next(b for b in alive if b.bookie_id != auditor_id)
     api = next(b for b in alive if b is not gone)
@@ -237,7 +237,7 @@ def test_disable_then_auditor_failover_processes_earlier_marks(cluster):
     urm = _urm(cluster)
     alive = [b for b in cluster.bookies if b.alive()]
     assert len(alive) == 4
-    auditor_id = _wait("an auditor", lambda: current_auditor(cluster.zk, cluster.root), 60)
+    auditor_id = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
     auditor = cluster.by_id(auditor_id)
     bk = BookKeeper(cluster.metadata_uri, timeout=60)
     try:
@@ -265,8 +265,9 @@ def test_disable_then_auditor_failover_processes_earlier_marks(cluster):
         assert {lid: bk.get_ledger_metadata(lid) for lid in ledgers} == before     # disabled: nothing copied
         assert sorted(urm.list_marked()) == sorted(on_other)
         auditor.kill()
-        new_auditor = _wait("another auditor", lambda: (a := current_auditor(cluster.zk, cluster.root)) not in
-                            (None, auditor_id) and a, 30)
+        election = ZkAuditorElection(cluster.zk, cluster.root)
+        new_auditor = _wait("another auditor", lambda: (a := election.current_auditor()) not in (None, auditor_id)
+                            and a, 30)
         assert new_auditor in {b.bookie_id for b in cluster.bookies if b.alive()}
         time.sleep(2)
         assert sorted(urm.list_marked()) == sorted(on_other)                       # still disabled

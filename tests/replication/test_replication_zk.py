@@ -1,5 +1,6 @@
 """The under-replication znodes against Java 4.16.7's own output (tests/vectors/underreplication.json), on a
-real ZooKeeper: bkfast writes the same bytes for the same inputs and reads every node Java wrote."""
+real ZooKeeper: bkfast's ZooKeeper implementation of the under-replication interfaces (bkfast.meta.
+zk_underreplication, zk_election) writes the same bytes for the same inputs and reads every node Java wrote."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import pytest
 from kazoo.client import KazooClient
 
-from bkfast.replication import zk_urm
-from bkfast.replication.election import AuditorElector, current_auditor
-from bkfast.replication.zk_urm import ReplicationUnavailableError, UnderReplicationManager
+from bkfast.meta import underreplication as urm_api
+from bkfast.meta import zk_underreplication as zk_urm
+from bkfast.meta.underreplication import ReplicationUnavailableError
+from bkfast.meta.zk_election import ZkAuditorElection
+from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
 from tests import VECTORS_DIR
 
 pytestmark = pytest.mark.zookeeper
@@ -29,8 +32,8 @@ def _ctime_of(node) -> int:
 
 
 def _manager(zk, ctime=None, **kw):
-    return UnderReplicationManager(zk, ROOT, clock_ms=(lambda: ctime) if ctime is not None else None,
-                                   lock_holder="localhost", **kw)
+    return ZkUnderReplicationManager(zk, ROOT, clock_ms=(lambda: ctime) if ctime is not None else None,
+                                     lock_holder="localhost", **kw)
 
 
 def _data(zk, path):
@@ -127,9 +130,9 @@ def test_disable_enable_and_their_errors(zk_client):
 
 
 @pytest.mark.parametrize("event,name,value", [
-    ("setCheckAllLedgersCTime", zk_urm.CHECK_ALL_LEDGERS_CTIME, 1700000000000),
-    ("setPlacementPolicyCheckCTime", zk_urm.PLACEMENT_POLICY_CHECK_CTIME, 1700000000001),
-    ("setReplicasCheckCTime", zk_urm.REPLICAS_CHECK_CTIME, 1700000000002),
+    ("setCheckAllLedgersCTime", urm_api.CHECK_ALL_LEDGERS_CTIME, 1700000000000),
+    ("setPlacementPolicyCheckCTime", urm_api.PLACEMENT_POLICY_CHECK_CTIME, 1700000000001),
+    ("setReplicasCheckCTime", urm_api.REPLICAS_CHECK_CTIME, 1700000000002),
 ])
 def test_ctime_nodes_are_binary_protobuf(zk_client, event, name, value):
     m = _manager(zk_client)
@@ -156,7 +159,7 @@ def test_lost_bookie_recovery_delay_text(zk_client):
 
 
 def test_vote_and_election_node_byte_identical(zk_client, zookeeper_server):
-    elector = AuditorElector(zk_client, ROOT, "127.0.0.1:3181")
+    elector = ZkAuditorElection(zk_client, ROOT, "127.0.0.1:3181")
     assert elector.run_once() is True
     vote = _event_node("auditor_vote")
     data, stat = _data(zk_client, vote["path"])
@@ -164,7 +167,7 @@ def test_vote_and_election_node_byte_identical(zk_client, zookeeper_server):
     parent = _event_node("auditorelection_parent")
     data, stat = _data(zk_client, parent["path"])
     assert data.hex() == parent["dataHex"] and stat.version == parent["version"]
-    assert current_auditor(zk_client, ROOT) == VECTORS["api_results"]["getCurrentAuditor"]
+    assert ZkAuditorElection(zk_client, ROOT).current_auditor() == VECTORS["api_results"]["getCurrentAuditor"]
 
 
 def test_election_failover_on_session_end(zk_client, zookeeper_server):
@@ -173,17 +176,17 @@ def test_election_failover_on_session_end(zk_client, zookeeper_server):
     for c in others:
         c.start(timeout=15)
     try:
-        first = AuditorElector(others[0], ROOT, "b1:3181")
-        second = AuditorElector(others[1], ROOT, "b2:3181")
-        third = AuditorElector(zk_client, ROOT, "b3:3181")
+        first = ZkAuditorElection(others[0], ROOT, "b1:3181")
+        second = ZkAuditorElection(others[1], ROOT, "b2:3181")
+        third = ZkAuditorElection(zk_client, ROOT, "b3:3181")
         assert first.run_once() is True
         assert second.run_once() is False and third.run_once() is False
-        assert current_auditor(zk_client, ROOT) == "b1:3181"
+        assert ZkAuditorElection(zk_client, ROOT).current_auditor() == "b1:3181"
         others[0].stop()                                 # the auditor's session ends: its vote goes
         assert second.wake.wait(10)
         assert third.run_once() is False                 # still behind b2
         assert second.run_once() is True
-        assert current_auditor(zk_client, ROOT) == "b2:3181"
+        assert ZkAuditorElection(zk_client, ROOT).current_auditor() == "b2:3181"
         second.withdraw()
         assert third.wake.wait(10) and third.run_once() is True
     finally:
@@ -211,11 +214,12 @@ def test_reads_every_node_java_wrote(zk_client):
     assert m.is_enabled()                                # Java's final tree has no disable node
     assert m.get_lost_bookie_recovery_delay() == 30
     decoded = {n["name"]: n["decoded"] for n in VECTORS["nodes"] if n.get("decoded")}
+    check_of_node = {node: check for check, (node, _cls, _field) in zk_urm.CTIME_NODES.items()}
     for name, value in decoded.items():
-        assert m.get_ctime(name) == next(iter(value.values()))
+        assert m.get_ctime(check_of_node[name]) == next(iter(value.values()))
     zk_client.create(f"{ROOT}/underreplication/auditorelection/V_", bytes.fromhex(
         next(n for n in VECTORS["nodes"] if n["name"] == "V_0000000000")["dataHex"]), sequence=True, ephemeral=True)
-    assert current_auditor(zk_client, ROOT) == "127.0.0.1:3181"
+    assert ZkAuditorElection(zk_client, ROOT).current_auditor() == "127.0.0.1:3181"
 
 
 def test_mark_replicated_deletes_only_the_version_it_saw_and_prunes(zk_client):

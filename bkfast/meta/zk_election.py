@@ -1,10 +1,11 @@
-"""The auditor election of Java's AuditorElector / ZkLedgerAuditorManager (spec §5.6, §7.1-7.2).
+"""The auditor election of Java's AuditorElector / ZkLedgerAuditorManager (spec §5.6, §7.1-7.2): the
+ZooKeeper implementation of `bkfast.meta.underreplication.AuditorElection`.
 
 Owns the votes `<root>/underreplication/auditorelection/V_%010d` (EPHEMERAL_SEQUENTIAL, text
 AuditorVoteFormat `bookieId: "<id>"\\n`). The lowest sequence number is the auditor; it writes its vote text
 into `auditorelection` itself. The others watch the vote just before theirs and run the election again when
-it goes. `AuditorElector.run_once()` does one round and returns whether this instance won; the daemon
-thread calls it again whenever the watch fires. Blocking kazoo: never called in the reactor thread.
+it goes. `run_once()` does one round and returns whether this instance won; the daemon thread calls it
+again whenever `wait_for_change` returns. Blocking kazoo: never called in the reactor thread.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import threading
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from .zk_urm import BASE, encode_vote, parse_vote
+from .underreplication import AuditorElection
+from .zk_underreplication import BASE, encode_vote, parse_vote
 
-__all__ = ["AuditorElector", "current_auditor", "ELECTION"]
+__all__ = ["ZkAuditorElection", "ELECTION"]
 
 log = logging.getLogger(__name__)
 
@@ -33,26 +35,11 @@ def _sorted_votes(children: list[str]) -> list[str]:
     return sorted(votes, key=lambda c: int(c[len(_PREFIX):]))
 
 
-def current_auditor(zk, root: str) -> str | None:
-    """The bookie id in the lowest vote (Java's getCurrentAuditor), or None when nobody is elected."""
-    path = _election_path(root)
-    try:
-        votes = _sorted_votes(zk.get_children(path))
-    except NoNodeError:
-        return None
-    for vote in votes:
-        try:
-            data, _ = zk.get(f"{path}/{vote}")
-        except NoNodeError:
-            continue
-        return parse_vote(data)
-    return None
+class ZkAuditorElection(AuditorElection):
+    """One candidate (`bookie_id`) in the election, or an observer (None); `wake` is set when a watched vote
+    changes."""
 
-
-class AuditorElector:
-    """One candidate (`bookie_id`) in the election; `wake` is set when a watched vote changes."""
-
-    def __init__(self, zk, root: str, bookie_id: str):
+    def __init__(self, zk, root: str, bookie_id: str | None = None):
         self.zk = zk
         self.root = root
         self.bookie_id = bookie_id
@@ -61,7 +48,31 @@ class AuditorElector:
         self.wake = threading.Event()
         self.is_auditor = False
 
+    def current_auditor(self) -> str | None:
+        """The bookie id in the lowest vote (Java's getCurrentAuditor), or None when nobody is elected."""
+        try:
+            votes = _sorted_votes(self.zk.get_children(self.path))
+        except NoNodeError:
+            return None
+        for vote in votes:
+            try:
+                data, _ = self.zk.get(f"{self.path}/{vote}")
+            except NoNodeError:
+                continue
+            return parse_vote(data)
+        return None
+
+    def wait_for_change(self, timeout: float) -> bool:
+        changed = self.wake.wait(timeout)
+        self.wake.clear()
+        return changed
+
+    def interrupt(self) -> None:
+        self.wake.set()
+
     def _ensure_vote(self) -> None:
+        if self.bookie_id is None:
+            raise ValueError("an observer of the auditor election (no bookie id) cannot vote")
         if self.vote is not None and self.zk.exists(f"{self.path}/{self.vote}") is not None:
             return
         self.zk.ensure_path(f"{self.root.rstrip('/')}/{BASE}")
@@ -87,6 +98,7 @@ class AuditorElector:
         index = votes.index(self.vote)
         if index == 0:
             if not self.is_auditor:
+                assert self.bookie_id is not None, "_ensure_vote raised for an observer"
                 self.zk.set(self.path, encode_vote(self.bookie_id))
                 log.info("auditor election: %s is the auditor (vote %s)", self.bookie_id, self.vote)
             self.is_auditor = True

@@ -1,11 +1,12 @@
-"""The under-replication znodes of Java's ZkLedgerUnderreplicationManager (spec §5.6, §7.1), byte for byte.
+"""The under-replication znodes of Java's ZkLedgerUnderreplicationManager (spec §5.6, §7.1), byte for byte:
+the ZooKeeper implementation of `bkfast.meta.underreplication.UnderReplicationManager`.
 
 Owns, under `<root>/underreplication`: LAYOUT (text `type: "BASIC"\\nversion: 1\\n`), the marks
 `ledgers/<4 hex groups>/urL%010d` (text UnderreplicatedLedgerFormat: replica lines then ctime), the
 ephemeral worker locks `locks/urL%010d` (text LockDataFormat with the worker's host name), the `disable`
 node, `lostBookieRecoveryDelay` (decimal ASCII) and the three ctime nodes (binary protobuf, field 1 = epoch
 ms). Everything is blocking kazoo: callers are the auditor / worker threads and the shell, never the
-reactor thread. The election votes are in `election`.
+reactor thread. The election votes are in `zk_election`.
 """
 
 from __future__ import annotations
@@ -14,17 +15,26 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from google.protobuf import text_format
+from google.protobuf.message import Message
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
 
-from bkfast.errors import BKReplicationException
 from bkfast.proto import DataFormats_pb2 as df
 
-__all__ = ["UnderReplicationManager", "MarkInfo", "ReplicationUnavailableError", "mark_relative_path",
-           "encode_mark", "parse_mark", "encode_lock", "encode_vote", "parse_vote", "LAYOUT_DATA",
-           "CHECK_ALL_LEDGERS_CTIME", "PLACEMENT_POLICY_CHECK_CTIME", "REPLICAS_CHECK_CTIME"]
+from .underreplication import (
+    CHECK_ALL_LEDGERS_CTIME,
+    PLACEMENT_POLICY_CHECK_CTIME,
+    REPLICAS_CHECK_CTIME,
+    MarkInfo,
+    ReplicationUnavailableError,
+    UnderReplicationManager,
+    Watch,
+    check_recovery_delay,
+)
+
+__all__ = ["ZkUnderReplicationManager", "ReplicationUnavailableError", "mark_relative_path", "encode_mark",
+           "parse_mark", "encode_lock", "encode_vote", "parse_vote", "LAYOUT_DATA", "BASE", "CTIME_NODES"]
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +42,13 @@ BASE = "underreplication"
 LAYOUT_DATA = b'type: "BASIC"\nversion: 1\n'
 LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
 DISABLE = "disable"
-CHECK_ALL_LEDGERS_CTIME = "checkallledgersctime"
-PLACEMENT_POLICY_CHECK_CTIME = "placementpolicycheckctime"
-REPLICAS_CHECK_CTIME = "replicascheckctime"
-_CTIME_FORMATS = {
-    CHECK_ALL_LEDGERS_CTIME: (df.CheckAllLedgersFormat, "checkAllLedgersCTime"),
-    PLACEMENT_POLICY_CHECK_CTIME: (df.PlacementPolicyCheckFormat, "placementPolicyCheckCTime"),
-    REPLICAS_CHECK_CTIME: (df.ReplicasCheckFormat, "replicasCheckCTime"),
+# check name -> (its node under `underreplication`, the protobuf stored there, the field holding epoch ms)
+CTIME_NODES: dict[str, tuple[str, type[Message], str]] = {
+    CHECK_ALL_LEDGERS_CTIME: ("checkallledgersctime", df.CheckAllLedgersFormat, "checkAllLedgersCTime"),
+    PLACEMENT_POLICY_CHECK_CTIME: ("placementpolicycheckctime", df.PlacementPolicyCheckFormat,
+                                   "placementPolicyCheckCTime"),
+    REPLICAS_CHECK_CTIME: ("replicascheckctime", df.ReplicasCheckFormat, "replicasCheckCTime"),
 }
-
-
-class ReplicationUnavailableError(BKReplicationException):
-    """Java's ReplicationException.UnavailableException (e.g. disabling twice, a bad LAYOUT)."""
 
 
 # --- payloads ---------------------------------------------------------------------------------------------
@@ -60,10 +65,15 @@ def encode_mark(replicas, ctime: int | None) -> bytes:
     return _text(msg)
 
 
+def _parsed(data: bytes, cls):
+    msg = cls()
+    text_format.Parse(data.decode("utf-8"), msg)
+    return msg
+
+
 def parse_mark(data: bytes) -> tuple[list[str], int]:
     """(missing replicas, ctime or -1)."""
-    msg = df.UnderreplicatedLedgerFormat()
-    text_format.Parse(data.decode("utf-8"), msg)
+    msg = _parsed(data, df.UnderreplicatedLedgerFormat)
     return list(msg.replica), msg.ctime if msg.HasField("ctime") else -1
 
 
@@ -72,9 +82,7 @@ def encode_lock(holder: str) -> bytes:
 
 
 def parse_lock(data: bytes) -> str:
-    msg = df.LockDataFormat()
-    text_format.Parse(data.decode("utf-8"), msg)
-    return msg.bookieId
+    return _parsed(data, df.LockDataFormat).bookieId
 
 
 def encode_vote(bookie_id: str) -> bytes:
@@ -82,9 +90,7 @@ def encode_vote(bookie_id: str) -> bytes:
 
 
 def parse_vote(data: bytes) -> str:
-    msg = df.AuditorVoteFormat()
-    text_format.Parse(data.decode("utf-8"), msg)
-    return msg.bookieId
+    return _parsed(data, df.AuditorVoteFormat).bookieId
 
 
 def mark_relative_path(ledger_id: int) -> str:
@@ -102,17 +108,7 @@ def _ledger_of(name: str) -> int | None:
         return None
 
 
-@dataclass(frozen=True)
-class MarkInfo:
-    """One urL node: the ledger, its missing replicas, ctime (-1 when not stored) and the znode version."""
-
-    ledger_id: int
-    replicas: tuple[str, ...]
-    ctime: int
-    version: int
-
-
-class UnderReplicationManager:
+class ZkUnderReplicationManager(UnderReplicationManager):
     """Blocking access to `<root>/underreplication` through a started kazoo client (see the module doc).
 
     `store_ctime` is storeSystemTimeAsLedgerUnderreplicatedMarkTime; `lock_holder` the text put in lock nodes
@@ -142,9 +138,8 @@ class UnderReplicationManager:
             zk.create(layout, LAYOUT_DATA)
         except NodeExistsError:
             data, _ = zk.get(layout)
-            msg = df.LedgerRereplicationLayoutFormat()
             try:
-                text_format.Parse(data.decode("utf-8"), msg)
+                msg = _parsed(data, df.LedgerRereplicationLayoutFormat)
             except (text_format.ParseError, UnicodeDecodeError) as err:
                 raise ReplicationUnavailableError(f"unreadable {layout}: {err}") from None
             if msg.type != "BASIC" or msg.version != 1:
@@ -251,7 +246,7 @@ class UnderReplicationManager:
         level = [self.ledgers_path]
         for _depth in range(4):
             level = [f"{p}/{c}" for p, kids in self._children_many(level) for c in kids]
-        ids = []
+        ids: list[int] = []
         for _p, kids in self._children_many(level):
             ids.extend(i for i in map(_ledger_of, kids) if i is not None)
         return ids
@@ -316,14 +311,6 @@ class UnderReplicationManager:
         self.release_lock(ledger_id)
         return deleted
 
-    def unmark(self, ledger_id: int) -> None:
-        """Delete a mark whatever its version (a ledger whose metadata is gone)."""
-        info = self.get_mark(ledger_id)
-        if info is not None:
-            self.mark_replicated(ledger_id, info.version)
-        else:
-            self.release_lock(ledger_id)
-
     # --- locks ----------------------------------------------------------------------------------------
     def try_lock(self, ledger_id: int) -> bool:
         """Create the ephemeral lock; False if another worker holds it.
@@ -380,8 +367,8 @@ class UnderReplicationManager:
     def disable_path(self) -> str:
         return f"{self.base}/{DISABLE}"
 
-    def is_enabled(self, watch=None) -> bool:
-        return self.zk.exists(self.disable_path, watch=watch) is None
+    def is_enabled(self, watch: Watch | None = None) -> bool:
+        return self.zk.exists(self.disable_path, watch=_kazoo_watch(watch)) is None
 
     def disable(self) -> None:
         self.ensure_layout()
@@ -409,35 +396,27 @@ class UnderReplicationManager:
         except NodeExistsError:
             pass
 
-    def get_lost_bookie_recovery_delay(self, watch=None) -> int | None:
+    def get_lost_bookie_recovery_delay(self, watch: Watch | None = None) -> int | None:
         try:
-            data, _ = self.zk.get(self.delay_path, watch=watch)
+            data, _ = self.zk.get(self.delay_path, watch=_kazoo_watch(watch))
         except NoNodeError:
             return None
         return int(data.decode("ascii"))
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
-        # Java's auditor reads the znode with Integer.parseInt: anything beyond an int stops it.
-        if not 0 <= int(seconds) <= 2**31 - 1:
-            raise ValueError(f"lostBookieRecoveryDelay {seconds}: expected 0 to {2**31 - 1} seconds")
-        data = str(int(seconds)).encode("ascii")
+        data = check_recovery_delay(seconds).encode("ascii")
         try:
             self.zk.set(self.delay_path, data)
         except NoNodeError:
             self.zk.ensure_path(self.base)
             self.zk.create(self.delay_path, data)
 
-    def trigger_audit(self, default_delay: int = 0) -> None:
-        """Java's triggerAudit: rewrite lostBookieRecoveryDelay with its own value; the auditor audits now."""
-        value = self.get_lost_bookie_recovery_delay()
-        self.set_lost_bookie_recovery_delay(value if value is not None else default_delay)
-
     # --- ctime nodes ------------------------------------------------------------------------------------
     def get_ctime(self, name: str) -> int:
         """Epoch ms stored in a ctime node; -1 when absent."""
-        cls, field = _CTIME_FORMATS[name]
+        node, cls, field = CTIME_NODES[name]
         try:
-            data, _ = self.zk.get(f"{self.base}/{name}")
+            data, _ = self.zk.get(f"{self.base}/{node}")
         except NoNodeError:
             return -1
         msg = cls()
@@ -445,9 +424,9 @@ class UnderReplicationManager:
         return getattr(msg, field) if msg.HasField(field) else -1
 
     def set_ctime(self, name: str, epoch_ms: int) -> None:
-        cls, field = _CTIME_FORMATS[name]
+        node, cls, field = CTIME_NODES[name]
         data = cls(**{field: int(epoch_ms)}).SerializeToString()
-        path = f"{self.base}/{name}"
+        path = f"{self.base}/{node}"
         try:
             self.zk.set(path, data)
         except NoNodeError:
@@ -456,3 +435,8 @@ class UnderReplicationManager:
                 self.zk.create(path, data)
             except NodeExistsError:
                 self.zk.set(path, data)
+
+
+def _kazoo_watch(watch: Watch | None):
+    """The interface's watch (no argument) as kazoo's (one WatchedEvent)."""
+    return None if watch is None else (lambda _event: watch())
