@@ -41,10 +41,6 @@ def start_bookie(data_dir: Path) -> LocalBookie:
                                                 "maxPendingAddRequestsPerThread": "0"}).start()
 
 
-def pct(sorted_values, p):
-    return loadgen.percentile(sorted_values, p)
-
-
 class AllAcked(defer.Deferred):
     """Fires once every add of an entry succeeded (a ledger's ack quorum = all); fails on the first error.
 
@@ -114,8 +110,7 @@ class Loop:
             self.done.callback({
                 "requests": self.count, "errors": self.errors, "first_error": self.first_error,
                 "per_s": round(self.count / elapsed, 1), "seconds": round(elapsed, 3),
-                "p50_ms": round(pct(lat, 50) * 1000, 3) if lat else None,
-                "p99_ms": round(pct(lat, 99) * 1000, 3) if lat else None,
+                **loadgen.percentiles_ms(lat, (50, 99)),
                 "client_cpu_us_per_request": round(cpu / self.count * 1e6, 2),
             })
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from bkfast.bookie.gc import GarbageCollector
+from bkfast.bookie.settings import GcSettings
 from bkfast.codec import DigestType, encode_entry
 from bkfast.conf import ServerConfiguration
 from bkfast.dbstorage.storage import DbLedgerStorage
@@ -75,7 +76,7 @@ def main() -> None:
         logs_before = {n: (logs_dir / n).stat().st_size for n in os.listdir(logs_dir) if n.endswith(".log")}
         total_mb = sum(logs_before.values()) / MiB
 
-        gc = GarbageCollector(storage, conf, source)
+        gc = GarbageCollector(storage, GcSettings.from_conf(conf), source)
         t0 = time.perf_counter()
         stats = gc.run_once(force_major=True)
         gc_s = time.perf_counter() - t0

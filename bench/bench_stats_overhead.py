@@ -148,12 +148,11 @@ def server_path_us_per_add(protocol: str, enabled: bool, batches: int = 3000, pe
     from twisted.internet import task
 
     from bkfast import codec
-    from bkfast.conf import ServerConfiguration
-    from bkfast.net.server import BookieServerFactory
+    from bkfast.net.server import BookieServerFactory, ServerSettings
     from bkfast.stats import StatsRegistry
 
     factory = BookieServerFactory(_InstantBookie(StatsRegistry(enabled=enabled), enabled),
-                                  ServerConfiguration({"maxPendingAddRequestsPerThread": 0}), reactor=task.Clock())
+                                  ServerSettings(max_pending_adds=0), reactor=task.Clock())
     proto = factory.buildProtocol(None)
     proto.makeConnection(_NullTransport())
     key, payload = codec.master_key(b"bench"), b"x" * 1024

@@ -21,12 +21,7 @@ from functools import partial
 from bkfast.bookie.bookie import Bookie
 from bkfast.codec import DigestType, encode_entry, master_key
 from bkfast.conf import ServerConfiguration
-
-
-def percentile(sorted_values, q):
-    if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+from bkfast.loadgen import percentiles_ms
 
 
 def run(args) -> dict:
@@ -99,8 +94,7 @@ def run(args) -> dict:
     return {
         "entries": len(entries), "entry_size": args.size, "errors": len(errors),
         "adds_per_s": len(entries) / elapsed, "mb_per_s": len(entries) * args.size / elapsed / 1e6,
-        "p50_ms": percentile(lat, 0.50) * 1e3, "p99_ms": percentile(lat, 0.99) * 1e3,
-        "p999_ms": percentile(lat, 0.999) * 1e3, "busy_thread": bool(args.busy_thread),
+        **percentiles_ms(lat, (50, 99, 99.9), 4), "busy_thread": bool(args.busy_thread),
         "switch_interval_ms": sys.getswitchinterval() * 1e3,
     }
 

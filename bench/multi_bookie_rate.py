@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -35,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bkfast.cli.local_cluster import LocalBookie, start_bookies  # noqa: E402
+from bkfast.loadgen import percentile  # noqa: E402
 
 BKFAST = str(REPO / ".venv" / "bin" / "bkfast")
 DEFAULT_DIR = Path("/work/bench-tmp")
@@ -44,14 +44,6 @@ FLUSH_RE = re.compile(r"flush of .*?: (\d+) entries, (\d+) bytes; write ([\d.]+)
 SLOW_GC_RE = re.compile(r"slow gc: generation (\d+), ([\d.]+) ms, collected \d+; done at monotonic ([\d.]+)")
 SLOW_JOURNAL_RE = re.compile(r"slow journal batch: (\d+) records, (\d+) bytes, write\+fdatasync ([\d.]+) ms, "
                              r"done at monotonic ([\d.]+)")
-
-
-def percentile(sorted_values, p: float):
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    rank = max(1, math.ceil(p * n / 100.0 - 1e-9))
-    return sorted_values[min(rank, n) - 1]
 
 
 def summary_ms(latencies) -> dict:

@@ -202,6 +202,7 @@ def run_data(args) -> None:
 
 
 def run_scale(args) -> None:
+    from bkfast.replication.zk_urm import UnderReplicationManager
     from twisted.internet import defer
 
     from bkfast.client.blocking import call_in_reactor
@@ -212,7 +213,6 @@ def run_scale(args) -> None:
     from bkfast.replication import admin_ops
     from bkfast.replication.auditor import Auditor
     from bkfast.replication.stats import ReplicationStats
-    from bkfast.replication.zk_urm import UnderReplicationManager
 
     with ZooKeeperServer(heap="512m") as zk_server:
         zk = KazooClient(hosts=zk_server.connect_string, timeout=30)

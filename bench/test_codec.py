@@ -59,3 +59,35 @@ def test_split_100mb_of_1kib_frames(benchmark, impl_name):
     benchmark.group = "split-100MB-1KiB-frames"
     benchmark.extra_info["bytes"] = len(FRAME_STREAM)
     assert benchmark.pedantic(split, rounds=3, iterations=1) == 102400
+
+
+def _v3_frames(impl, build, count=1000):
+    """`count` v3 frames built by `build(FrameBuilder, i)`, split back into frame bodies."""
+    out = impl.FrameBuilder()
+    for i in range(count):
+        build(out, i)
+    return impl.FrameSplitter().feed(out.take())
+
+
+@pytest.mark.parametrize("impl_name", list(IMPLS))
+def test_decode_v3_adds_1000_of_1kib(benchmark, impl_name):
+    impl = IMPLS[impl_name]
+    payload = os.urandom(1024)
+    frames = _v3_frames(_codec, lambda b, i: b.add_v3_add_request(
+        MAC_KEY, 7, i, i - 1, 1024 * (i + 1), payload, int(DigestType.CRC32C), b"", i))
+    benchmark.group = "decode-v3-adds-1000x1KiB"
+    adds, ids, end = benchmark(impl.decode_v3_adds, frames)
+    assert end == len(frames) == 1000
+
+
+@pytest.mark.parametrize("impl_name", list(IMPLS))
+def test_decode_v3_answer_1000(benchmark, impl_name):
+    impl = IMPLS[impl_name]
+    frames = _v3_frames(_codec, lambda b, i: b.add_v3_add_response(0, 7, i, i))
+    decode = impl.decode_v3_answer
+
+    def answers():
+        return [decode(f) for f in frames]
+
+    benchmark.group = "decode-v3-answer-1000"
+    assert benchmark(answers)[-1] == (999, 2, 0)

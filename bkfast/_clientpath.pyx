@@ -24,6 +24,8 @@ from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t, uint8_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
+from bkfast._bigendian cimport get_i32, get_i64, get_u32, put_u32
+
 import logging
 import time
 
@@ -42,14 +44,6 @@ DEF V3_EBADREQ = 404
 DEF V3_ADD_ENTRY = 2
 DEF V3_FIRST_TRACKED_TXN = 1 << 62     # the client's own request numbers never get here
 DEF RESPONSE_HEADER = 24
-
-
-cdef inline uint32_t _u32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline int64_t _i64(const uint8_t *p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | <uint64_t>_u32(p + 4))
 
 
 cdef inline int _popcount(uint64_t v) noexcept nogil:
@@ -122,7 +116,7 @@ cdef class ChannelCore:
         self.next_txn += 1
         self.v3_adds[txn] = (port, entry_id)
         cdef Py_ssize_t h = 4 + _v3_header(prefix + 4, V3_ADD_ENTRY, txn)
-        _put_u32be(prefix, <uint32_t>(h - 4 + PyBytes_GET_SIZE(add_field)))
+        put_u32(prefix, <uint32_t>(h - 4 + PyBytes_GET_SIZE(add_field)))
         self.out.append(PyBytes_FromStringAndSize(<char *>prefix, h))
         self.out_bytes += h
         self.write(add_field)
@@ -147,7 +141,7 @@ cdef class ChannelCore:
         h += 2 + _put_varint(frame + h + 2, <uint64_t>n)
         memcpy(frame + h, inner, n)
         h += n
-        _put_u32be(frame, <uint32_t>(h - 4))
+        put_u32(frame, <uint32_t>(h - 4))
         self.write(PyBytes_FromStringAndSize(<char *>frame, h))
 
     def dispatch_v3(self, list frames):
@@ -155,46 +149,58 @@ cdef class ChannelCore:
         answers of read batches to their batch, the rest to `slow_frame` (the channel's protobuf path,
         matched by txnId)."""
         cdef bytes f
-        cdef const uint8_t *p
-        cdef uint64_t txn = 0
-        cdef int status = 0, operation = -1
-        cdef Py_ssize_t body_at, body_len
-        cdef AckPort port
-        cdef ReadPort read_port
-        cdef int64_t entry_id
-        cdef dict adds = self.v3_adds
-        cdef dict reads = self.v3_reads
+        cdef V3Answer answer
         cdef object routed
         for f in frames:
             routed = None
-            p = <const uint8_t *>PyBytes_AS_STRING(f)
-            if (adds or reads) and _v3_answer(p, PyBytes_GET_SIZE(f), &txn, &operation, &status, &body_at,
-                                              &body_len) == 0:
-                if operation == V3_ADD_ENTRY:
-                    routed = adds.pop(txn, None)
-                    if routed is not None:
-                        port, entry_id = routed
-                        self.inflight -= 1
-                        if port.position >= 0:
-                            if status == 0:
-                                port.tracker.on_ack(port.position, entry_id, 0)
-                            else:
-                                port.tracker.on_failed(port.position, entry_id, self.v3_error(status))
-                elif operation == V3_READ_ENTRY:
-                    routed = reads.pop(txn, None)
-                    if routed is not None:
-                        read_port, entry_id = routed
-                        self.inflight -= 1
-                        if status == 0 and body_at >= 0:
-                            read_port.batch.on_result(read_port.bookie, entry_id,
-                                                      PyBytes_FromStringAndSize(<char *>p + body_at, body_len), None)
-                        else:
-                            read_port.batch.on_result(read_port.bookie, entry_id, None,
-                                                      self.v3_error(status if status else V3_EBADREQ))
+            if ((self.v3_adds or self.v3_reads)
+                    and pw_v3_answer(<const uint8_t *>PyBytes_AS_STRING(f), PyBytes_GET_SIZE(f), &answer) == 0):
+                if answer.operation == V3_ADD_ENTRY:
+                    routed = self._v3_add_answered(&answer)
+                elif answer.operation == V3_READ_ENTRY:
+                    routed = self._v3_read_answered(f, &answer)
             if routed is None:
                 self.slow_frame(f)
             if self.closed:
                 return
+
+    cdef object _answered(self, dict pending, uint64_t txn):
+        """The (port, entry id) of the tracked request `txn` answers, no longer in flight; None if there
+        is none."""
+        routed = pending.pop(txn, None)
+        if routed is not None:
+            self.inflight -= 1
+        return routed
+
+    cdef object _v3_add_answered(self, V3Answer *answer):
+        """Hands a tracked add its answer; None when no tracked add has the answer's txnId."""
+        cdef AckPort port
+        cdef int64_t entry_id
+        routed = self._answered(self.v3_adds, answer.txn)
+        if routed is not None:
+            port, entry_id = routed
+            if port.position >= 0:
+                if answer.status == 0:
+                    port.tracker.on_ack(port.position, entry_id, 0)
+                else:
+                    port.tracker.on_failed(port.position, entry_id, self.v3_error(answer.status))
+        return routed
+
+    cdef object _v3_read_answered(self, bytes f, V3Answer *answer):
+        """Hands a batch read its answer (the entry, or the error of its status); None when no batch read
+        has the answer's txnId."""
+        cdef ReadPort read_port
+        cdef int64_t entry_id
+        routed = self._answered(self.v3_reads, answer.txn)
+        if routed is not None:
+            read_port, entry_id = routed
+            if answer.status == 0 and answer.body_at >= 0:
+                read_port.batch.on_result(read_port.bookie, entry_id, PyBytes_FromStringAndSize(
+                    PyBytes_AS_STRING(f) + answer.body_at, answer.body_len), None)
+            else:
+                read_port.batch.on_result(read_port.bookie, entry_id, None,
+                                          self.v3_error(answer.status if answer.status else V3_EBADREQ))
+        return routed
 
     def take(self):
         """The queued frames (a list, possibly empty), emptying the buffer. (The channel hands the list to
@@ -226,11 +232,11 @@ cdef class ChannelCore:
             handled = False
             if PyBytes_GET_SIZE(f) >= RESPONSE_HEADER and (ports or read_ports):
                 p = <const uint8_t *>PyBytes_AS_STRING(f)
-                header = _u32(p)
+                header = get_u32(p)
                 op = (header >> 16) & 0xFF if header >> 24 else header & 0xFF
-                ledger_id = _i64(p + 8)
-                entry_id = _i64(p + 16)
-                rc = <int32_t>_u32(p + 4)
+                ledger_id = get_i64(p + 8)
+                entry_id = get_i64(p + 16)
+                rc = get_i32(p + 4)
                 if op == V2_ADD:
                     port = ports.get(ledger_id)
                     if port is not None and not (slow_adds and (ledger_id, entry_id) in slow_adds):

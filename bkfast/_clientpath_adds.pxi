@@ -276,3 +276,15 @@ cdef class AddTracker:
                 if late & ((<uint64_t>1) << position):
                     out.append((position, p.entry_id))
         return out
+
+    def fail_all(self, error):
+        """The handle failed: forget every pending add (channels and acks too, so late answers count for
+        nothing) and complete each with `error`, in entry order; returns them."""
+        cdef PendingAdd p
+        cdef list failed = list(self.pending)
+        self.pending.clear()
+        self.by_entry.clear()
+        self.release_positions(~(<uint64_t>0))
+        for p in failed:
+            p.complete(error)
+        return failed

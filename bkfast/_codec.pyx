@@ -19,6 +19,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.string cimport memcmp, memcpy, memmove
 
+from bkfast._bigendian cimport get_i32, get_i64, get_u32, get_u64, put_u32, put_u64
 from bkfast._protowire cimport pw_put_varint, pw_varint_size
 
 from bkfast.errors import (
@@ -91,35 +92,6 @@ cdef inline int digest_length(int digest_type) except -1:
 def digest_size(int digest_type):
     """Bytes the digest of this type takes in an entry."""
     return digest_length(digest_type)
-
-
-# --- big-endian helpers -------------------------------------------------------------------------------
-cdef inline void put_u32(uint8_t *p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline void put_u64(uint8_t *p, uint64_t v) noexcept nogil:
-    put_u32(p, <uint32_t>(v >> 32))
-    put_u32(p + 4, <uint32_t>v)
-
-
-cdef inline uint32_t get_u32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline uint64_t get_u64(const uint8_t *p) noexcept nogil:
-    return (<uint64_t>get_u32(p) << 32) | <uint64_t>get_u32(p + 4)
-
-
-cdef inline int64_t get_i64(const uint8_t *p) noexcept nogil:
-    return <int64_t>get_u64(p)
-
-
-cdef inline int32_t get_i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>get_u32(p)
 
 
 # --- HMAC-SHA1 ------------------------------------------------------------------------------------
@@ -246,6 +218,24 @@ cdef Py_ssize_t write_entry_header(uint8_t *out, uint64_t scope_id, int digest_t
     return SCOPED_METADATA_LENGTH
 
 
+cdef inline int check_entry_args(int digest_type, object mac_key, int64_t ledger_id) except -1:
+    check_mac_key(digest_type, mac_key)
+    if ledger_id < 0:
+        raise ValueError(f"ledger id {ledger_id} is negative")
+    return 0
+
+
+cdef int put_entry(uint8_t *out, uint64_t scope_id, int digest_type, object mac_key, int64_t ledger_id,
+                   int64_t entry_id, int64_t lac, int64_t length, Py_buffer *view, object payload) except -1:
+    """An entry (header, digest, payload) at `out`, which has room for it; `view` is `payload`'s buffer.
+    Every packaging of a new entry (alone, in a v2 or in a v3 ADD frame) writes it here."""
+    cdef Py_ssize_t hlen = write_entry_header(out, scope_id, digest_type, ledger_id, entry_id, lac, length)
+    if view.len:
+        memcpy(out + hlen + digest_length(digest_type), view.buf, view.len)
+    write_digest(digest_type, mac_key, out, hlen, <const uint8_t*>view.buf, view.len, payload)
+    return 0
+
+
 cdef bytes build_entry(Py_ssize_t prefix_len, int64_t ledger_id, int64_t entry_id, int64_t lac,
                        int64_t length, object payload, int digest_type, object mac_key, uint64_t scope_id):
     """One allocation: prefix_len bytes left for the caller, then header, digest and payload."""
@@ -254,17 +244,12 @@ cdef bytes build_entry(Py_ssize_t prefix_len, int64_t ledger_id, int64_t entry_i
     cdef Py_ssize_t hlen = SCOPED_METADATA_LENGTH if scope_id else METADATA_LENGTH
     cdef bytes out
     cdef uint8_t *p
-    check_mac_key(digest_type, mac_key)
-    if ledger_id < 0:
-        raise ValueError(f"ledger id {ledger_id} is negative")
+    check_entry_args(digest_type, mac_key, ledger_id)
     PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
     try:
         out = PyBytes_FromStringAndSize(NULL, prefix_len + hlen + dlen + view.len)
         p = <uint8_t*>PyBytes_AS_STRING(out) + prefix_len
-        write_entry_header(p, scope_id, digest_type, ledger_id, entry_id, lac, length)
-        if view.len:
-            memcpy(p + hlen + dlen, view.buf, view.len)
-        write_digest(digest_type, mac_key, p, hlen, <const uint8_t*>view.buf, view.len, payload)
+        put_entry(p, scope_id, digest_type, mac_key, ledger_id, entry_id, lac, length, &view, payload)
     finally:
         PyBuffer_Release(&view)
     return out
@@ -538,7 +523,11 @@ def decode_packet_header(uint32_t header):
     return version, opcode, flags
 
 
-cdef bytes frame_with_key(Py_ssize_t fixed_len, object master_key, bint with_key):
+cdef bytes read_frame(Py_ssize_t fixed_len, int version, int opcode, int flags, object master_key,
+                      int64_t ledger_id, int64_t entry_id):
+    """A READ or BATCH_READ frame: `fixed_len` body bytes, then the master key when it fences (v2 and up).
+    Both start with the header, the ledger and the (first) entry, written here; the caller writes the rest."""
+    cdef bint with_key = (flags & FLAG_DO_FENCING) and version >= 2
     cdef Py_ssize_t body = fixed_len + (MASTER_KEY_LENGTH if with_key else 0)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + body)
     cdef uint8_t *p = <uint8_t*>PyBytes_AS_STRING(out)
@@ -548,31 +537,24 @@ cdef bytes frame_with_key(Py_ssize_t fixed_len, object master_key, bint with_key
             raise ValueError(f"a fencing request needs a {MASTER_KEY_LENGTH}-byte master key")
         master_key = _master_key_bytes(master_key)
         memcpy(p + 4 + fixed_len, <const char*>master_key, MASTER_KEY_LENGTH)
+    put_u32(p + 4, packet_header(version, opcode, flags))
+    put_u64(p + 8, <uint64_t>ledger_id)
+    put_u64(p + 16, <uint64_t>entry_id)
     return out
 
 
 def encode_read_request(int64_t ledger_id, int64_t entry_id, int flags=0, master_key=None,
                         int version=CURRENT_PROTOCOL_VERSION):
     """v2 READ frame; entry -1 asks for the last entry; DO_FENCING carries the master key."""
-    cdef bint with_key = (flags & FLAG_DO_FENCING) and version >= 2
-    cdef bytes out = frame_with_key(20, master_key, with_key)
-    cdef uint8_t *p = <uint8_t*>PyBytes_AS_STRING(out)
-    put_u32(p + 4, packet_header(version, OP_READ, flags))
-    put_u64(p + 8, <uint64_t>ledger_id)
-    put_u64(p + 16, <uint64_t>entry_id)
-    return out
+    return read_frame(20, version, OP_READ, flags, master_key, ledger_id, entry_id)
 
 
 def encode_batch_read_request(int64_t ledger_id, int64_t start_entry_id, int64_t request_id,
                               int32_t max_count, int64_t max_size, int flags=0, master_key=None,
                               int version=CURRENT_PROTOCOL_VERSION):
     """v2 BATCH_READ frame (BookKeeper 4.17+)."""
-    cdef bint with_key = (flags & FLAG_DO_FENCING) and version >= 2
-    cdef bytes out = frame_with_key(40, master_key, with_key)
+    cdef bytes out = read_frame(40, version, OP_BATCH_READ, flags, master_key, ledger_id, start_entry_id)
     cdef uint8_t *p = <uint8_t*>PyBytes_AS_STRING(out)
-    put_u32(p + 4, packet_header(version, OP_BATCH_READ, flags))
-    put_u64(p + 8, <uint64_t>ledger_id)
-    put_u64(p + 16, <uint64_t>start_entry_id)
     put_u64(p + 24, <uint64_t>request_id)
     put_u32(p + 32, <uint32_t>max_count)
     put_u64(p + 36, <uint64_t>max_size)
@@ -685,6 +667,37 @@ cdef inline int need(Py_ssize_t n, Py_ssize_t wanted, str what) except -1:
     return 0
 
 
+cdef int read_read_request(V2Request r, const uint8_t *p, Py_ssize_t n, Py_ssize_t fixed_len,
+                           str what) except -1:
+    """What READ and BATCH_READ share (read_frame writes it): the ledger and the (first) entry after the
+    header and, when the request fences (v2 and up), the master key after its `fixed_len` bytes."""
+    need(n, fixed_len, what)
+    r.ledger_id = get_i64(p + 4)
+    r.entry_id = get_i64(p + 12)
+    if (r.flags & FLAG_DO_FENCING) and r.version >= 2:
+        need(n, fixed_len + MASTER_KEY_LENGTH, f"fencing {what}")
+        r.master_key = PyBytes_FromStringAndSize(<const char*>p + fixed_len, MASTER_KEY_LENGTH)
+    return 0
+
+
+cdef int read_add_request(V2Request r, object mv, const uint8_t *p, Py_ssize_t n) except -1:
+    """An ADD request's master key and entry, and its ids from the entry's header (format v1 or v2)."""
+    need(n, 4 + MASTER_KEY_LENGTH + 16, "ADD")
+    r.master_key = PyBytes_FromStringAndSize(<const char*>p + 4, MASTER_KEY_LENGTH)
+    r.entry = mv[4 + MASTER_KEY_LENGTH:]
+    p += 4 + MASTER_KEY_LENGTH
+    if p[0] & 0x80:
+        need(n, 4 + MASTER_KEY_LENGTH + 25, "ADD")
+        r.entry_format = 2
+        r.scope_id = get_u64(p + 1)
+        r.ledger_id = get_i64(p + 9)
+        r.entry_id = get_i64(p + 17)
+    else:
+        r.ledger_id = get_i64(p)
+        r.entry_id = get_i64(p + 8)
+    return 0
+
+
 def decode_request(frame):
     """Decode a v2 request body (the bytes after the length prefix).
 
@@ -692,61 +705,50 @@ def decode_request(frame):
     connection, as Java does) and MalformedFrameError for bodies too short for their opcode. The
     protocol version is returned, not checked: the bookie answers EBADVERSION itself.
     """
+    return _decode_v2(frame, True)
+
+
+cdef object _decode_v2(object frame, bint request):
+    """The frame's buffer, borrowed while the decoder of its kind (request or response) reads the body
+    after the header both kinds start with."""
     cdef Py_buffer view
     cdef const uint8_t *p
     cdef Py_ssize_t n
     cdef int version, opcode, flags
-    cdef V2Request r
     mv = memoryview(frame)
     PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE)
     try:
         p = <const uint8_t*>view.buf
         n = view.len
-        need(n, 4, "v2 request")
+        need(n, 4, "v2 request" if request else "v2 response")
         split_header(get_u32(p), &version, &opcode, &flags)
-        r = V2Request.__new__(V2Request)
-        r.version = version
-        r.opcode = opcode
-        r.flags = flags
-        r.scope_id = 0
-        r.entry_format = 1
-        if opcode == OP_ADD:
-            need(n, 4 + MASTER_KEY_LENGTH + 16, "ADD")
-            r.master_key = PyBytes_FromStringAndSize(<const char*>p + 4, MASTER_KEY_LENGTH)
-            r.entry = mv[4 + MASTER_KEY_LENGTH:]
-            p += 4 + MASTER_KEY_LENGTH
-            if p[0] & 0x80:
-                need(n, 4 + MASTER_KEY_LENGTH + 25, "ADD")
-                r.entry_format = 2
-                r.scope_id = get_u64(p + 1)
-                r.ledger_id = get_i64(p + 9)
-                r.entry_id = get_i64(p + 17)
-            else:
-                r.ledger_id = get_i64(p)
-                r.entry_id = get_i64(p + 8)
-        elif opcode == OP_READ:
-            need(n, 20, "READ")
-            r.ledger_id = get_i64(p + 4)
-            r.entry_id = get_i64(p + 12)
-            if (flags & FLAG_DO_FENCING) and version >= 2:
-                need(n, 40, "fencing READ")
-                r.master_key = PyBytes_FromStringAndSize(<const char*>p + 20, MASTER_KEY_LENGTH)
-        elif opcode == OP_BATCH_READ:
-            need(n, 40, "BATCH_READ")
-            r.ledger_id = get_i64(p + 4)
-            r.entry_id = get_i64(p + 12)
-            r.request_id = get_i64(p + 20)
-            r.max_count = get_i32(p + 28)
-            r.max_size = get_i64(p + 32)
-            if (flags & FLAG_DO_FENCING) and version >= 2:
-                need(n, 60, "fencing BATCH_READ")
-                r.master_key = PyBytes_FromStringAndSize(<const char*>p + 40, MASTER_KEY_LENGTH)
-        elif opcode == OP_AUTH:
-            r.auth_message = bytes(mv[4:])
-        else:
-            raise UnknownOpcodeError(f"v2 opcode {opcode} is not accepted by a bookie (only 1, 2, 3, 7)")
+        if request:
+            return _request_body(mv, p, n, version, opcode, flags)
+        return _response_body(mv, p, n, version, opcode)
     finally:
         PyBuffer_Release(&view)
+
+
+cdef V2Request _request_body(object mv, const uint8_t *p, Py_ssize_t n, int version, int opcode, int flags):
+    cdef V2Request r = V2Request.__new__(V2Request)
+    r.version = version
+    r.opcode = opcode
+    r.flags = flags
+    r.scope_id = 0
+    r.entry_format = 1
+    if opcode == OP_ADD:
+        read_add_request(r, mv, p, n)
+    elif opcode == OP_READ:
+        read_read_request(r, p, n, 20, "READ")
+    elif opcode == OP_BATCH_READ:
+        read_read_request(r, p, n, 40, "BATCH_READ")
+        r.request_id = get_i64(p + 20)
+        r.max_count = get_i32(p + 28)
+        r.max_size = get_i64(p + 32)
+    elif opcode == OP_AUTH:
+        r.auth_message = bytes(mv[4:])
+    else:
+        raise UnknownOpcodeError(f"v2 opcode {opcode} is not accepted by a bookie (only 1, 2, 3, 7)")
     return r
 
 
@@ -808,51 +810,42 @@ cdef class V2Response:
 
 def decode_response(frame):
     """Decode a v2 response body (the bytes after the length prefix)."""
-    cdef Py_buffer view
-    cdef const uint8_t *p
-    cdef Py_ssize_t n, off
+    return _decode_v2(frame, False)
+
+
+cdef V2Response _response_body(object mv, const uint8_t *p, Py_ssize_t n, int version, int opcode):
+    cdef Py_ssize_t off
     cdef int32_t elen
-    cdef int version, opcode, flags
-    cdef V2Response r
-    mv = memoryview(frame)
-    PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE)
-    try:
-        p = <const uint8_t*>view.buf
-        n = view.len
-        need(n, 4, "v2 response")
-        split_header(get_u32(p), &version, &opcode, &flags)
-        r = V2Response.__new__(V2Response)
-        r.version = version
-        r.opcode = opcode
-        if opcode == OP_AUTH:
-            r.auth_message = bytes(mv[4:])
-            return r
-        if opcode != OP_ADD and opcode != OP_READ and opcode != OP_BATCH_READ:
-            raise UnknownOpcodeError(f"v2 response opcode {opcode} is not one a bookie sends (1, 2, 3, 7)")
-        need(n, RESPONSE_HEADERS_SIZE, "response")
-        r.rc = get_i32(p + 4)
-        r.ledger_id = get_i64(p + 8)
-        r.entry_id = get_i64(p + 16)
-        if opcode == OP_READ:
-            r.data = mv[RESPONSE_HEADERS_SIZE:]
-        elif opcode == OP_BATCH_READ:
-            need(n, RESPONSE_HEADERS_SIZE + 8, "BATCH_READ response")
-            r.request_id = get_i64(p + 24)
-            r.entries = []
-            off = RESPONSE_HEADERS_SIZE + 8
-            while off < n:
-                need(n - off, 4, "BATCH_READ response entry")
-                elen = get_i32(p + off)
-                off += 4
-                if elen < 0 or elen > n - off:
-                    raise MalformedFrameError(
-                        f"BATCH_READ response entry length {elen} overruns the frame ({n - off} bytes left)")
-                r.entries.append(mv[off:off + elen])
-                off += elen
-        elif n != RESPONSE_HEADERS_SIZE:
-            raise MalformedFrameError(f"ADD response body must be {RESPONSE_HEADERS_SIZE} bytes, got {n}")
-    finally:
-        PyBuffer_Release(&view)
+    cdef V2Response r = V2Response.__new__(V2Response)
+    r.version = version
+    r.opcode = opcode
+    if opcode == OP_AUTH:
+        r.auth_message = bytes(mv[4:])
+        return r
+    if opcode != OP_ADD and opcode != OP_READ and opcode != OP_BATCH_READ:
+        raise UnknownOpcodeError(f"v2 response opcode {opcode} is not one a bookie sends (1, 2, 3, 7)")
+    need(n, RESPONSE_HEADERS_SIZE, "response")
+    r.rc = get_i32(p + 4)
+    r.ledger_id = get_i64(p + 8)
+    r.entry_id = get_i64(p + 16)
+    if opcode == OP_READ:
+        r.data = mv[RESPONSE_HEADERS_SIZE:]
+    elif opcode == OP_BATCH_READ:
+        need(n, RESPONSE_HEADERS_SIZE + 8, "BATCH_READ response")
+        r.request_id = get_i64(p + 24)
+        r.entries = []
+        off = RESPONSE_HEADERS_SIZE + 8
+        while off < n:
+            need(n - off, 4, "BATCH_READ response entry")
+            elen = get_i32(p + off)
+            off += 4
+            if elen < 0 or elen > n - off:
+                raise MalformedFrameError(
+                    f"BATCH_READ response entry length {elen} overruns the frame ({n - off} bytes left)")
+            r.entries.append(mv[off:off + elen])
+            off += elen
+    elif n != RESPONSE_HEADERS_SIZE:
+        raise MalformedFrameError(f"ADD response body must be {RESPONSE_HEADERS_SIZE} bytes, got {n}")
     return r
 
 
@@ -987,11 +980,8 @@ cdef class FrameBuilder:
         cdef int dlen = digest_length(digest_type)
         cdef Py_ssize_t total
         cdef uint8_t *p
-        cdef uint8_t *e
         master_key = _master_key_bytes(master_key)
-        check_mac_key(digest_type, mac_key)
-        if ledger_id < 0:
-            raise ValueError(f"ledger id {ledger_id} is negative")
+        check_entry_args(digest_type, mac_key, ledger_id)
         PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
         try:
             total = 8 + MASTER_KEY_LENGTH + METADATA_LENGTH + dlen + view.len
@@ -1000,11 +990,8 @@ cdef class FrameBuilder:
             put_u32(p, <uint32_t>(total - 4))
             put_u32(p + 4, packet_header(version, OP_ADD, flags))
             memcpy(p + 8, <const char*>master_key, MASTER_KEY_LENGTH)
-            e = p + 8 + MASTER_KEY_LENGTH
-            write_entry_header(e, 0, digest_type, ledger_id, entry_id, last_add_confirmed, length)
-            if view.len:
-                memcpy(e + METADATA_LENGTH + dlen, view.buf, view.len)
-            write_digest(digest_type, mac_key, e, METADATA_LENGTH, <const uint8_t*>view.buf, view.len, payload)
+            put_entry(p + 8 + MASTER_KEY_LENGTH, 0, digest_type, mac_key, ledger_id, entry_id, last_add_confirmed,
+                      length, &view, payload)
             self.length += total
         finally:
             PyBuffer_Release(&view)
@@ -1034,20 +1021,12 @@ cdef class FrameBuilder:
 
     cpdef add_batch_read_response(self, int rc, int64_t ledger_id, int64_t start_entry_id,
                                   int64_t request_id, entries=(), int version=CURRENT_PROTOCOL_VERSION):
-        cdef Py_buffer view
         cdef Py_ssize_t start = self.length
         cdef uint8_t *p
         self.reserve(4 + RESPONSE_HEADERS_SIZE + 8)
         self.length += 4 + RESPONSE_HEADERS_SIZE + 8
         for entry in entries:
-            PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE)
-            try:
-                self.reserve(4 + view.len)
-                put_u32(self.buf + self.length, <uint32_t>view.len)
-                memcpy(self.buf + self.length + 4, view.buf, view.len)
-                self.length += 4 + view.len
-            finally:
-                PyBuffer_Release(&view)
+            self._put_sized(entry)
         p = self.buf + start
         write_response_header(p, self.length - start - 4, version, OP_BATCH_READ, rc, ledger_id,
                               start_entry_id)
@@ -1056,8 +1035,13 @@ cdef class FrameBuilder:
 
     cpdef add_frame(self, body):
         """Append one frame: a 4-byte length, then `body` (e.g. a serialized v3 Response)."""
+        self._put_sized(body)
+        self.frame_count += 1
+
+    cdef int _put_sized(self, object data) except -1:
+        """Append a 4-byte length, then `data`: a whole frame, or one entry of a BATCH_READ response."""
         cdef Py_buffer view
-        PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             self.reserve(4 + view.len)
             put_u32(self.buf + self.length, <uint32_t>view.len)
@@ -1065,7 +1049,7 @@ cdef class FrameBuilder:
             self.length += 4 + view.len
         finally:
             PyBuffer_Release(&view)
-        self.frame_count += 1
+        return 0
 
     cdef Py_ssize_t _v3_response_start(self, Py_ssize_t body_len, int operation, uint64_t txn, int status,
                                        int sub_field, Py_ssize_t sub_len) except -1:
@@ -1100,9 +1084,7 @@ cdef class FrameBuilder:
         cdef Py_ssize_t entry_len, sub, total, at
         cdef uint8_t *p
         master_key = _master_key_bytes(master_key)
-        check_mac_key(digest_type, mac_key)
-        if ledger_id < 0:
-            raise ValueError(f"ledger id {ledger_id} is negative")
+        check_entry_args(digest_type, mac_key, ledger_id)
         PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
         try:
             entry_len = METADATA_LENGTH + dlen + view.len
@@ -1125,10 +1107,7 @@ cdef class FrameBuilder:
             at += 2 + MASTER_KEY_LENGTH
             p[at] = 0x22
             at += 1 + pw_put_varint(p + at + 1, <uint64_t>entry_len)
-            write_entry_header(p + at, 0, digest_type, ledger_id, entry_id, last_add_confirmed, length)
-            if view.len:
-                memcpy(p + at + METADATA_LENGTH + dlen, view.buf, view.len)
-            write_digest(digest_type, mac_key, p + at, METADATA_LENGTH, <const uint8_t*>view.buf, view.len, payload)
+            put_entry(p + at, 0, digest_type, mac_key, ledger_id, entry_id, last_add_confirmed, length, &view, payload)
             at += entry_len
             self.length += at
         finally:

@@ -4,7 +4,7 @@
 # reads, DEFERRED_SYNC adds, unknown enum values, a repeated sub-message, malformed bytes) is left to
 # the protobuf path in bkfast.net.v3_handler, which decides exactly as before.
 
-from bkfast._protowire cimport pw_varint, pw_skip_field
+from bkfast._protowire cimport V3Answer, pw_skip_field, pw_v3_answer, pw_varint
 from bkfast._stats cimport Counter, OpStats
 
 cdef enum:
@@ -310,57 +310,17 @@ def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict
 
 def decode_v3_answer(frame):
     """(txn_id, operation, status) of a v3 Response, reading only what a load generator matches answers
-    with: header.txnId and operation, and the inner response's status (else the top-level one). Raises
+    with: header.txnId and operation, and the status of the operation's own sub-response (else the
+    top-level one), by the same reader as the client's (_protowire's pw_v3_answer). Raises
     MalformedFrameError if the bytes are not a well-formed Response."""
     cdef Py_buffer view
-    cdef const uint8_t *p
-    cdef Py_ssize_t n, pos = 0, end
-    cdef uint64_t key, value, length, txn = 0
-    cdef int field, wire, operation = -1, top_status = -1, inner_status = -1
-    cdef bint have_txn = False, bad = False
+    cdef V3Answer answer
+    cdef int verdict
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
     try:
-        p = <const uint8_t*>view.buf
-        n = view.len
-        while pos < n and not bad:
-            if pw_varint(p, n, &pos, &key) < 0:
-                bad = True
-                break
-            field = <int>(key >> 3)
-            wire = <int>(key & 7)
-            if wire == 2 and (field == 1 or (100 <= field <= 108)):
-                if pw_varint(p, n, &pos, &length) < 0 or length > <uint64_t>(n - pos):
-                    bad = True
-                    break
-                end = pos + <Py_ssize_t>length
-                while pos < end:
-                    if pw_varint(p, end, &pos, &key) < 0:
-                        bad = True
-                        break
-                    if (key & 7) == 0:
-                        if pw_varint(p, end, &pos, &value) < 0:
-                            bad = True
-                            break
-                        if field == 1 and (key >> 3) == 2:
-                            operation = <int>value
-                        elif field == 1 and (key >> 3) == 3:
-                            txn = value
-                            have_txn = True
-                        elif field != 1 and (key >> 3) == 1:
-                            inner_status = <int>value
-                    elif pw_skip_field(p, end, &pos, <int>(key & 7)) < 0:
-                        bad = True
-                        break
-                pos = end
-            elif field == 2 and wire == 0:
-                if pw_varint(p, n, &pos, &value) < 0:
-                    bad = True
-                    break
-                top_status = <int>value
-            elif pw_skip_field(p, n, &pos, wire) < 0:
-                bad = True
+        verdict = pw_v3_answer(<const uint8_t*>view.buf, view.len, &answer)
     finally:
         PyBuffer_Release(&view)
-    if bad or not have_txn or operation < 0 or top_status < 0:
+    if verdict < 0:
         raise MalformedFrameError("not a well-formed v3 Response")
-    return txn, operation, inner_status if inner_status >= 0 else top_status
+    return answer.txn, answer.operation, answer.status

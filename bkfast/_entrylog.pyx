@@ -37,6 +37,8 @@ from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pread, pwrite, fdatasync, ftruncate, close as c_close
 
+from bkfast._bigendian cimport get_u32, get_u64, put_u32
+
 cdef extern from "stdlib.h" nogil:
     int posix_memalign(void **memptr, size_t alignment, size_t size)
 
@@ -63,22 +65,6 @@ DIRECT_BLOCK = BLOCK
 INVALID_LID = -1
 LEDGERS_MAP_ENTRY_ID = -2
 MIN_ENTRY_SIZE = MIN_SANE_ENTRY_SIZE
-
-
-# --- big-endian helpers -------------------------------------------------------------------------------
-cdef inline void put_u32(uint8_t *p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline uint32_t get_u32(const uint8_t *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline uint64_t get_u64(const uint8_t *p) noexcept nogil:
-    return (<uint64_t>get_u32(p) << 32) | <uint64_t>get_u32(p + 4)
 
 
 # --- raw syscalls (GIL released by the callers) ----------------------------------------------------------
@@ -403,34 +389,27 @@ cdef class BufferedChannel:
             self.start_writeback()
         return at
 
-    def add_entry(self, entry):
-        """Append `int size | entry`; return the location `(log_id << 32) | offset of the entry bytes`."""
+    cdef int64_t append_entry(self, entry) except -1:
+        """Append `int size | entry` (any buffer); return the offset of the entry bytes."""
         cdef Py_buffer view
-        cdef int64_t at
         PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE)
         try:
             if view.len > 0x7FFFFFFF:
                 raise ValueError(f"entry of {view.len} bytes does not fit an int size")
-            at = self.append(<const uint8_t*>view.buf, view.len, True)
+            return self.append(<const uint8_t*>view.buf, view.len, True)
         finally:
             PyBuffer_Release(&view)
-        return (self.log_id << 32) | at
+
+    def add_entry(self, entry):
+        """Append `int size | entry`; return the location `(log_id << 32) | offset of the entry bytes`."""
+        return (self.log_id << 32) | self.append_entry(entry)
 
     def add_entries(self, list entries):
         """add_entry for each buffer of a list; the list of their locations (one call per flush batch)."""
-        cdef Py_buffer view
-        cdef int64_t at
         cdef list out = []
         cdef object base = self.log_id << 32
         for entry in entries:
-            PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE)
-            try:
-                if view.len > 0x7FFFFFFF:
-                    raise ValueError(f"entry of {view.len} bytes does not fit an int size")
-                at = self.append(<const uint8_t*>view.buf, view.len, True)
-            finally:
-                PyBuffer_Release(&view)
-            out.append(base | at)
+            out.append(base | self.append_entry(entry))
         return out
 
     def write(self, data):

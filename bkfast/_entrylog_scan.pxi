@@ -35,8 +35,28 @@ cdef class LogScanner:
     def done(self):
         return self.truncated or self.pos + SIZE_LEN > self.end
 
+    cdef bytes read_chunk(self, Py_ssize_t *got):
+        """The next chunk of the log from pos (chunk_size bytes, not past end); `got` says how much the
+        file held."""
+        cdef Py_ssize_t want = self.chunk_size
+        cdef bytes chunk
+        if self.end - self.pos < want:
+            want = self.end - self.pos
+        chunk = PyBytes_FromStringAndSize(NULL, want)
+        got[0] = self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(chunk), self.pos, want)
+        if got[0] < want:
+            # The file is shorter than `end` said: treat the missing part as a torn tail.
+            self.end = self.pos + got[0]
+        return chunk
+
+    cdef list torn_at(self, Py_ssize_t i, list out):
+        """The log ends in a torn record at pos + i: the scan stops there, with the entries before it."""
+        self.truncated = True
+        self.pos += i
+        return out
+
     def next_batch(self, bint with_data=True):
-        cdef Py_ssize_t want, got, i = 0, need
+        cdef Py_ssize_t got, i = 0, need
         cdef int32_t size
         cdef uint64_t scope = 0
         cdef int64_t ledger = 0, entry = 0
@@ -45,15 +65,8 @@ cdef class LogScanner:
         cdef list out = []
         if self.truncated or self.pos + SIZE_LEN > self.end:
             return out
-        want = self.chunk_size
-        if self.end - self.pos < want:
-            want = self.end - self.pos
-        chunk = PyBytes_FromStringAndSize(NULL, want)
-        got = self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(chunk), self.pos, want)
+        chunk = self.read_chunk(&got)
         p = <const uint8_t*>PyBytes_AS_STRING(chunk)
-        if got < want:
-            # The file is shorter than `end` said: treat the missing part as a torn tail.
-            self.end = self.pos + got
         while True:
             if self.pos + i + SIZE_LEN > self.end:
                 self.pos += i
@@ -67,14 +80,10 @@ cdef class LogScanner:
             need = SIZE_LEN + (size if size < SCOPED_IDS_LEN else SCOPED_IDS_LEN)
             if i + need > got:
                 if self.pos + i + need > self.end:
-                    self.truncated = True
-                    self.pos += i
-                    return out
+                    return self.torn_at(i, out)
                 break                                    # refill from this record
             if self.pos + i + SIZE_LEN + size > self.end:
-                self.truncated = True
-                self.pos += i
-                return out
+                return self.torn_at(i, out)
             if size >= 8 and is_map_record(p + i + SIZE_LEN):
                 i += SIZE_LEN + size
                 continue
@@ -91,9 +100,7 @@ cdef class LogScanner:
                 data = PyBytes_FromStringAndSize(NULL, size)
                 if self.channel.read_into(<uint8_t*>PyBytes_AS_STRING(data), self.pos + i + SIZE_LEN,
                                           size) < size:
-                    self.truncated = True
-                    self.pos += i
-                    return out
+                    return self.torn_at(i, out)
             else:
                 data = None
             out.append((self.pos + i + SIZE_LEN, size, scope, ledger, entry, data))

@@ -29,6 +29,8 @@ from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pwrite, fdatasync
 
+from bkfast._bigendian cimport get_i32, get_u64, put_u32
+
 cdef extern from "stdlib.h" nogil:
     int posix_memalign(void **memptr, size_t alignment, size_t size)
 
@@ -86,15 +88,13 @@ cdef inline int64_t mono_ns() noexcept nogil:
     return <int64_t>now.tv_sec * 1000000000 + now.tv_nsec
 
 
-cdef inline void put_u32(uint8_t *p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline int32_t get_i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+cdef void *grown(void *p, size_t size) except NULL:
+    """`p` reallocated to `size` bytes; MemoryError if there is no room (then `p` is still valid and
+    still owned by the caller, which frees it)."""
+    cdef void *q = PyMem_Realloc(p, size)
+    if q == NULL:
+        raise MemoryError()
+    return q
 
 
 cdef inline int64_t padding_bytes(int64_t position, int64_t align) noexcept nogil:
@@ -230,34 +230,18 @@ cdef class JournalWriter:
 
     cdef int reserve(self, Py_ssize_t records, Py_ssize_t views, Py_ssize_t stage, Py_ssize_t iovs) except -1:
         # Scratch arrays only grow, so a steady workload allocates nothing per batch.
-        cdef void *p
         if records > self.rec_cap:
-            p = PyMem_Realloc(self.ptrs, records * sizeof(uint8_t*))
-            if p == NULL:
-                raise MemoryError()
-            self.ptrs = <const uint8_t**>p
-            p = PyMem_Realloc(self.lens, records * sizeof(Py_ssize_t))
-            if p == NULL:
-                raise MemoryError()
-            self.lens = <Py_ssize_t*>p
+            self.ptrs = <const uint8_t**>grown(<void*>self.ptrs, records * sizeof(uint8_t*))
+            self.lens = <Py_ssize_t*>grown(self.lens, records * sizeof(Py_ssize_t))
             self.rec_cap = records
         if views > self.view_cap:
-            p = PyMem_Realloc(self.views, views * sizeof(Py_buffer))
-            if p == NULL:
-                raise MemoryError()
-            self.views = <Py_buffer*>p
+            self.views = <Py_buffer*>grown(self.views, views * sizeof(Py_buffer))
             self.view_cap = views
         if stage > self.stage_cap:
-            p = PyMem_Realloc(self.stage, stage)
-            if p == NULL:
-                raise MemoryError()
-            self.stage = <uint8_t*>p
+            self.stage = <uint8_t*>grown(self.stage, stage)
             self.stage_cap = stage
         if iovs > self.iov_cap:
-            p = PyMem_Realloc(self.iov, iovs * sizeof(iovec))
-            if p == NULL:
-                raise MemoryError()
-            self.iov = <iovec*>p
+            self.iov = <iovec*>grown(self.iov, iovs * sizeof(iovec))
             self.iov_cap = iovs
         return 0
 
@@ -383,53 +367,92 @@ cdef class JournalWriter:
         if err:
             raise OSError(err, f"journal pre-allocation failed: {os.strerror(err)}")
 
+    cdef int64_t gather(self, list records, Py_ssize_t *nviews, Py_ssize_t *nrec, Py_ssize_t *nbig,
+                        Py_ssize_t *stage_need) except -1:
+        """Pointers and lengths of `records` into ptrs / lens (-1 for None), holding a buffer view of
+        each one that is not bytes (counted in nviews as it is taken, for the caller to release);
+        returns the bytes the records take with their length headers."""
+        cdef Py_ssize_t i, ln
+        cdef int64_t total = 0
+        cdef object obj
+        for i in range(PyList_GET_SIZE(records)):
+            obj = <object>PyList_GET_ITEM(records, i)
+            if obj is None:
+                self.lens[i] = -1
+                continue
+            if PyBytes_CheckExact(obj):
+                self.ptrs[i] = <const uint8_t*>PyBytes_AS_STRING(obj)
+                ln = PyBytes_GET_SIZE(obj)
+            else:
+                if nviews[0] == self.view_cap:
+                    self.reserve(0, 2 * nviews[0] + 8, 0, 0)
+                PyObject_GetBuffer(obj, &self.views[nviews[0]], PyBUF_SIMPLE)
+                nviews[0] += 1
+                self.ptrs[i] = <const uint8_t*>self.views[nviews[0] - 1].buf
+                ln = self.views[nviews[0] - 1].len
+            if ln <= 0 or ln > INT32_MAX_LEN:
+                # A zero length would read back as the end of the log and hide every later record.
+                raise ValueError(f"journal record {i} has length {ln}; it must be 1..{INT32_MAX_LEN}")
+            self.lens[i] = ln
+            nrec[0] += 1
+            total += 4 + ln
+            if ln >= self.copy_below:
+                nbig[0] += 1
+                stage_need[0] += 4
+            else:
+                stage_need[0] += 4 + ln
+        return total
+
+    cdef Py_ssize_t lay_out(self, Py_ssize_t n, int64_t pad) noexcept nogil:
+        """Lays the gathered batch out: headers and small records go to the staging buffer, big records
+        get their own iovec, so one pwritev (usually one pwrite) covers it all. Returns the iovecs."""
+        cdef uint8_t *st = self.stage
+        cdef Py_ssize_t i, ln, s = 0, seg = 0, k = 0
+        for i in range(n):
+            ln = self.lens[i]
+            if ln < 0:
+                continue
+            put_u32(st + s, <uint32_t>ln)
+            s += 4
+            if ln >= self.copy_below:
+                self.iov[k].iov_base = st + seg
+                self.iov[k].iov_len = <size_t>(s - seg)
+                self.iov[k + 1].iov_base = <void*>self.ptrs[i]
+                self.iov[k + 1].iov_len = <size_t>ln
+                k += 2
+                seg = s
+            else:
+                memcpy(st + s, self.ptrs[i], ln)
+                s += ln
+        if pad:
+            put_u32(st + s, <uint32_t>PADDING_MASK_INT)
+            put_u32(st + s + 4, <uint32_t>(pad - PADDING_HEADER))
+            memset(st + s + PADDING_HEADER, 0, pad - PADDING_HEADER)
+            s += pad
+        if s > seg:
+            self.iov[k].iov_base = st + seg
+            self.iov[k].iov_len = <size_t>(s - seg)
+            k += 1
+        return k
+
     def write(self, list records, bint sync=False):
         """Append `records` (bytes-like; None entries are skipped) plus padding; fdatasync if `sync`.
 
         Returns the new position. Raises OSError with the errno of the failing syscall.
         """
-        cdef Py_ssize_t n = PyList_GET_SIZE(records)
-        cdef Py_ssize_t i, nviews = 0, ln, stage_need = 0, nbig = 0, nrec = 0, s = 0, seg = 0, k = 0
-        cdef int64_t total = 0, pad = 0, start = self.position, end, t0
-        cdef object obj
-        cdef uint8_t *st
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(records), nviews = 0, nrec = 0, nbig = 0, stage_need = 0
+        cdef int64_t total, pad = 0, start = self.position, end, t0
         cdef int err = 0
         cdef bint sync_failed = False
         self.reserve(n, 0, 0, 0)
         try:
-            for i in range(n):
-                obj = <object>PyList_GET_ITEM(records, i)
-                if obj is None:
-                    self.lens[i] = -1
-                    continue
-                if PyBytes_CheckExact(obj):
-                    self.ptrs[i] = <const uint8_t*>PyBytes_AS_STRING(obj)
-                    ln = PyBytes_GET_SIZE(obj)
-                else:
-                    if nviews == self.view_cap:
-                        self.reserve(0, 2 * nviews + 8, 0, 0)
-                    PyObject_GetBuffer(obj, &self.views[nviews], PyBUF_SIMPLE)
-                    nviews += 1
-                    self.ptrs[i] = <const uint8_t*>self.views[nviews - 1].buf
-                    ln = self.views[nviews - 1].len
-                if ln <= 0 or ln > INT32_MAX_LEN:
-                    # A zero length would read back as the end of the log and hide every later record.
-                    raise ValueError(f"journal record {i} has length {ln}; it must be 1..{INT32_MAX_LEN}")
-                self.lens[i] = ln
-                nrec += 1
-                total += 4 + ln
-                if ln >= self.copy_below:
-                    nbig += 1
-                    stage_need += 4
-                else:
-                    stage_need += 4 + ln
+            total = self.gather(records, &nviews, &nrec, &nbig, &stage_need)
             if self.padding:
                 pad = padding_bytes(start + total, self.alignment)
             stage_need += pad
             end = start + total + pad
             if not self.direct:
                 self.reserve(0, 0, stage_need if stage_need > 0 else 1, 2 * nbig + 2)
-            st = self.stage
             self.last_sync_ns = 0
             with nogil:
                 t0 = mono_ns()
@@ -437,34 +460,7 @@ cdef class JournalWriter:
                 if err == 0 and self.direct:
                     err = self.write_direct(n, start, pad)
                 elif err == 0:
-                    # Lay the batch out: headers and small records go to the staging buffer, big
-                    # records get their own iovec, so one pwritev (usually one pwrite) covers it all.
-                    for i in range(n):
-                        ln = self.lens[i]
-                        if ln < 0:
-                            continue
-                        put_u32(st + s, <uint32_t>ln)
-                        s += 4
-                        if ln >= self.copy_below:
-                            self.iov[k].iov_base = st + seg
-                            self.iov[k].iov_len = <size_t>(s - seg)
-                            self.iov[k + 1].iov_base = <void*>self.ptrs[i]
-                            self.iov[k + 1].iov_len = <size_t>ln
-                            k += 2
-                            seg = s
-                        else:
-                            memcpy(st + s, self.ptrs[i], ln)
-                            s += ln
-                    if pad:
-                        put_u32(st + s, <uint32_t>PADDING_MASK_INT)
-                        put_u32(st + s + 4, <uint32_t>(pad - PADDING_HEADER))
-                        memset(st + s + PADDING_HEADER, 0, pad - PADDING_HEADER)
-                        s += pad
-                    if s > seg:
-                        self.iov[k].iov_base = st + seg
-                        self.iov[k].iov_len = <size_t>(s - seg)
-                        k += 1
-                    err = write_all(self.fd, self.iov, k, start)
+                    err = write_all(self.fd, self.iov, self.lay_out(n, pad), start)
                 self.last_write_ns = mono_ns() - t0
                 if err == 0:
                     self.position = end

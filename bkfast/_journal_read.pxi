@@ -2,6 +2,28 @@
 # the zero-tail finder and the record classifier used on replay. The write side is in the .pyx.
 
 
+cdef enum:
+    ST_PADDING = -1         # padding_at: a whole padding record, `value` bytes long
+
+
+cdef int padding_at(const uint8_t *p, Py_ssize_t left, int64_t max_record_size, int64_t *value) noexcept nogil:
+    """The padding record at p (`left` bytes from there): ST_PADDING with its whole size in `value`, or
+    why it cannot be stepped over (ST_NEED_MORE / ST_INVALID, with scan_records' `value`)."""
+    cdef int32_t pad
+    if left < PADDING_HEADER:
+        value[0] = PADDING_HEADER
+        return ST_NEED_MORE
+    pad = get_i32(p + 4)
+    if pad < 0 or (pad > max_record_size and pad > MAX_PADDING):
+        value[0] = pad
+        return ST_INVALID
+    if left - PADDING_HEADER < pad:
+        value[0] = PADDING_HEADER + <int64_t>pad
+        return ST_NEED_MORE
+    value[0] = PADDING_HEADER + <int64_t>pad
+    return ST_PADDING
+
+
 def scan_records(buf, Py_ssize_t start=0, bint padding_allowed=True, int64_t max_record_size=INT32_MAX_LEN):
     """Parse `int len | bytes` records of `buf` from `start`.
 
@@ -14,7 +36,7 @@ def scan_records(buf, Py_ssize_t start=0, bint padding_allowed=True, int64_t max
     cdef Py_buffer view
     cdef const uint8_t *p
     cdef Py_ssize_t n, off = start
-    cdef int32_t ln, pad
+    cdef int32_t ln
     cdef int status = ST_NEED_MORE
     cdef int64_t value = 4
     cdef list records = []
@@ -36,20 +58,10 @@ def scan_records(buf, Py_ssize_t start=0, bint padding_allowed=True, int64_t max
                 value = 0
                 break
             if ln == PADDING_MASK_INT and padding_allowed:
-                if n - off < PADDING_HEADER:
-                    status = ST_NEED_MORE
-                    value = PADDING_HEADER
+                status = padding_at(p + off, n - off, max_record_size, &value)
+                if status != ST_PADDING:
                     break
-                pad = get_i32(p + off + 4)
-                if pad < 0 or (pad > max_record_size and pad > MAX_PADDING):
-                    status = ST_INVALID
-                    value = pad
-                    break
-                if n - off - PADDING_HEADER < pad:
-                    status = ST_NEED_MORE
-                    value = PADDING_HEADER + <int64_t>pad
-                    break
-                off += PADDING_HEADER + pad
+                off += value
                 continue
             if ln < 0 or ln > max_record_size:
                 status = ST_INVALID
@@ -104,10 +116,6 @@ cdef object K_ENTRY = RecordKind.ENTRY
 cdef object K_UNKNOWN = RecordKind.UNKNOWN_META
 cdef dict META_KINDS = {METAENTRY_ID_LEDGER_KEY: RecordKind.MASTER_KEY, METAENTRY_ID_FENCE_KEY: RecordKind.FENCE,
                         METAENTRY_ID_LEDGER_EXPLICITLAC: RecordKind.EXPLICIT_LAC}
-
-
-cdef inline uint64_t get_u64(const uint8_t *p) noexcept nogil:
-    return (<uint64_t><uint32_t>get_i32(p) << 32) | <uint64_t><uint32_t>get_i32(p + 4)
 
 
 def parse_record(record):

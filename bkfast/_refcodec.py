@@ -420,10 +420,13 @@ decode_v3_adds = _v3.decode_v3_adds
 def decode_v3_answer(frame) -> tuple[int, int, int]:
     """Twin of _codec.decode_v3_answer: (txn_id, operation, status)."""
     b = bytes(frame)
-    txn = operation = top = inner = None
+    txn = operation = top = None
+    subs: dict[int, int | None] = {}        # readResponse / addResponse seen -> its status
     try:
         for field, wire, value in _v3.fields(b, 0, len(b)):
-            if wire == 2 and (field == 1 or 100 <= field <= 108):
+            if wire == 2 and field in (1, 100, 101):
+                if field != 1:
+                    subs.setdefault(field, None)
                 for f2, w2, v2 in _v3.fields(b, *value):
                     if w2 != 0:
                         continue
@@ -432,14 +435,19 @@ def decode_v3_answer(frame) -> tuple[int, int, int]:
                     elif field == 1 and f2 == 3:
                         txn = v2
                     elif field != 1 and f2 == 1:
-                        inner = v2
+                        subs[field] = v2
             elif field == 2 and wire == 0:
                 top = value
     except ValueError as err:
         raise MalformedFrameError("not a well-formed v3 Response") from err
-    if txn is None or operation is None or top is None:
+    own = _V3_ANSWER_FIELD.get(operation)
+    if txn is None or operation is None or top is None or (own in subs and subs[own] is None):
         raise MalformedFrameError("not a well-formed v3 Response")
-    return txn, operation, inner if inner is not None else top
+    return txn, operation, subs[own] if own in subs else top
+
+
+# OperationType -> the Response field of its sub-response, whose status is the answer's
+_V3_ANSWER_FIELD = {1: 100, 2: 101}
 
 
 serve_v3_reads = _v3.serve_v3_reads

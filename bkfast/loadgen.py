@@ -52,6 +52,16 @@ def percentile(sorted_values, p: float):
     return sorted_values[min(rank, n) - 1]
 
 
+def percentiles_ms(sorted_seconds, points=(50, 95, 99, 99.9), digits: int = 3) -> dict:
+    """{"p50_ms": .., "p999_ms": ..}: the nearest-rank percentiles of ascending latencies in seconds, in
+    milliseconds rounded to `digits` (None each when there are none). Every bench reports through this."""
+    out = {}
+    for p in points:
+        v = percentile(sorted_seconds, p)
+        out[f"p{p:g}".replace(".", "") + "_ms"] = None if v is None else round(v * 1000.0, digits)
+    return out
+
+
 def summarize(latencies_s, ok: int, errors: Counter, duration_s: float, entry_size: int,
               issued: int | None = None) -> dict:
     """The result object of one phase (latencies in seconds in, milliseconds out)."""
@@ -68,9 +78,7 @@ def summarize(latencies_s, ok: int, errors: Counter, duration_s: float, entry_si
         "adds_per_s": round(rate, 1),
         "mb_per_s": round(rate * entry_size / 1e6, 3),
         "mean_ms": ms(sum(lat) / len(lat)) if lat else None,
-        "p50_ms": ms(percentile(lat, 50)),
-        "p99_ms": ms(percentile(lat, 99)),
-        "p999_ms": ms(percentile(lat, 99.9)),
+        **percentiles_ms(lat, (50, 99, 99.9), 4),
         "max_ms": ms(lat[-1]) if lat else None,
     }
 

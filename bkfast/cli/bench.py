@@ -32,6 +32,7 @@ from bkfast import _journal
 from bkfast.bookie.journal import CACHE_DROP_LAG_BYTES, Journal
 from bkfast.bookie.journal_files import HEADER_SIZE, MAGIC
 from bkfast.conf import ServerConfiguration
+from bkfast.loadgen import percentiles_ms
 
 _MiB = 1024 * 1024
 _MAX_SAMPLES = 2_000_000      # percentiles use every record up to this many, an even sample above
@@ -53,18 +54,6 @@ def _records(entry_size: int, ledgers: int) -> list[bytes]:
         header = struct.pack(">qqqq", ledger, entry, entry - 1, (entry + 1) * len(payload))
         out.append((header + payload)[:entry_size])
     return out
-
-
-def _percentiles(latencies: list[float]) -> dict[str, float]:
-    if not latencies:
-        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "p999_ms": None}
-    latencies.sort()
-    n = len(latencies)
-
-    def at(q: float) -> float:
-        return round(latencies[min(n - 1, int(q * n))] * 1000.0, 3)
-
-    return {"p50_ms": at(0.50), "p95_ms": at(0.95), "p99_ms": at(0.99), "p999_ms": at(0.999)}
 
 
 def _latencies(batches: list, enqueued: array, limit: int) -> list[float]:
@@ -108,10 +97,6 @@ class _Run:
     @property
     def all_batches(self) -> list[tuple[float, int, int]]:
         return [b for batches in self.batches for b in batches]
-
-    @property
-    def batch_count(self) -> int:
-        return sum(j.batch_count for j in self.journals)
 
     @property
     def sync_count(self) -> int:
@@ -164,7 +149,7 @@ class _Run:
             seen = [seen[j] + len(f) for j, f in enumerate(fresh)]
             if report is not None:
                 count = sum(c for f in fresh for _, _, c in f)
-                stats = _percentiles(self.latencies(fresh, 20_000))
+                stats = percentiles_ms(sorted(self.latencies(fresh, 20_000)))
                 report(now - start, count / (now - last_t), sum(seen), self.sync_count, stats)
             last_t = now
         self.stop_producing.set()
@@ -230,14 +215,7 @@ def run_journal_bench(directory: str | list[str], entry_size: int = 1024, ledger
     `directory`: one dir, or a list of them (one journal each, ledgers spread over them as in a bookie).
     """
     directories = [directory] if isinstance(directory, str) else list(directory)
-    if baseline and not sync:
-        raise click.ClickException("--baseline compares fdatasync'ed batches; drop --no-sync")
-    if baseline and len(directories) > 1:
-        raise click.ClickException("--baseline compares one journal with plain Python; give one --dir")
-    if len(set(directories)) != len(directories):
-        raise click.ClickException(f"--dir given twice: {', '.join(directories)}")
-    if ledgers < len(directories):
-        raise click.ClickException(f"--ledgers {ledgers} leaves journals idle: give at least one per --dir")
+    _check_journal_dirs(directories, ledgers, baseline, sync)
     conf = ServerConfiguration({"journalMaxGroupWaitMSec": group_wait_ms,
                                 "journalBufferedWritesThreshold": group_bytes,
                                 "journalSyncData": sync})
@@ -246,45 +224,65 @@ def run_journal_bench(directory: str | list[str], entry_size: int = 1024, ledger
         for d in directories:
             os.makedirs(d, exist_ok=True)
             works.append(tempfile.mkdtemp(prefix="bkfast-bench-journal-", dir=d))
-        work = works[0]
         pool = _records(entry_size, ledgers)
         run = _Run(works, conf, pool, ledgers)
         start = run.run(duration, report_every, report)
         if run.errors:
             raise click.ClickException(f"journal failed during the run: {run.errors[0]}")
-        batches = run.all_batches
-        records = sum(c for _, _, c in batches)
-        elapsed = (max(t for t, _, _ in batches) if batches else time.perf_counter()) - start
-        result = {
-            "entry_size": entry_size, "ledgers": ledgers, "duration_s": round(elapsed, 3),
-            "journal_dirs": len(directories),
-            "sync": sync, "group_wait_ms": group_wait_ms, "group_bytes": group_bytes,
-            "records": records, "batches": run.batch_count, "syncs": run.sync_count,
-            "records_per_s": round(records / elapsed, 1) if elapsed > 0 else 0.0,
-            "mb_per_s": round(records * entry_size / elapsed / 1e6, 2) if elapsed > 0 else 0.0,
-            **_percentiles(run.latencies(run.batches, _MAX_SAMPLES)),
-            "baseline_ratio": None,
-        }
-        if baseline and records:
-            sizes = [c for _, _, c in batches]
-            shutil.rmtree(work)
-            os.makedirs(work)
-            step = max(conf.journal_alignment_size, conf.journal_pre_alloc_size_mb * _MiB)
-            lag = CACHE_DROP_LAG_BYTES if conf.journal_remove_from_page_cache else -1
-            base = _baseline(os.path.join(work, "baseline.bin"), pool, sizes, conf.journal_alignment_size,
-                             step, lag)
-            base_rps = base["records"] / base["elapsed_s"]
-            result.update({
-                "baseline_records_per_s": round(base_rps, 1),
-                "baseline_mb_per_s": round(base["records"] * entry_size / base["elapsed_s"] / 1e6, 2),
-                "baseline_ratio": round(result["records_per_s"] / base_rps, 3),
-                # The same ratio against the syscall time alone (no Python at all): the disk's ceiling.
-                "baseline_io_ratio": round(result["records_per_s"] / (base["records"] / base["io_s"]), 3),
-            })
+        result = _summary(run, start, {
+            "entry_size": entry_size, "ledgers": ledgers, "journal_dirs": len(directories), "sync": sync,
+            "group_wait_ms": group_wait_ms, "group_bytes": group_bytes})
+        if baseline and result["records"]:
+            result.update(_against_baseline(result, works[0], pool, [c for _, _, c in run.all_batches], conf))
         return result
     finally:
         for w in works:
             shutil.rmtree(w, ignore_errors=True)
+
+
+def _check_journal_dirs(directories: list[str], ledgers: int, baseline: bool, sync: bool) -> None:
+    if baseline and not sync:
+        raise click.ClickException("--baseline compares fdatasync'ed batches; drop --no-sync")
+    if baseline and len(directories) > 1:
+        raise click.ClickException("--baseline compares one journal with plain Python; give one --dir")
+    if len(set(directories)) != len(directories):
+        raise click.ClickException(f"--dir given twice: {', '.join(directories)}")
+    if ledgers < len(directories):
+        raise click.ClickException(f"--ledgers {ledgers} leaves journals idle: give at least one per --dir")
+
+
+def _summary(run: _Run, start: float, settings: dict) -> dict:
+    """The run's figures after its `settings` (entry_size, ledgers, ...): records, batches, syncs,
+    rates and latency percentiles."""
+    batches = run.all_batches
+    records = sum(c for _, _, c in batches)
+    elapsed = (max(t for t, _, _ in batches) if batches else time.perf_counter()) - start
+    return {
+        **settings, "duration_s": round(elapsed, 3),
+        "records": records, "batches": sum(j.batch_count for j in run.journals),
+        "syncs": run.sync_count,
+        "records_per_s": round(records / elapsed, 1) if elapsed > 0 else 0.0,
+        "mb_per_s": round(records * settings["entry_size"] / elapsed / 1e6, 2) if elapsed > 0 else 0.0,
+        **percentiles_ms(sorted(run.latencies(run.batches, _MAX_SAMPLES))),
+        "baseline_ratio": None,
+    }
+
+
+def _against_baseline(result: dict, work: str, pool: list, sizes: list[int], conf) -> dict:
+    """The same batches written by plain Python in `work` (emptied first): its rates and the ratios."""
+    shutil.rmtree(work)
+    os.makedirs(work)
+    step = max(conf.journal_alignment_size, conf.journal_pre_alloc_size_mb * _MiB)
+    lag = CACHE_DROP_LAG_BYTES if conf.journal_remove_from_page_cache else -1
+    base = _baseline(os.path.join(work, "baseline.bin"), pool, sizes, conf.journal_alignment_size, step, lag)
+    base_rps = base["records"] / base["elapsed_s"]
+    return {
+        "baseline_records_per_s": round(base_rps, 1),
+        "baseline_mb_per_s": round(base["records"] * result["entry_size"] / base["elapsed_s"] / 1e6, 2),
+        "baseline_ratio": round(result["records_per_s"] / base_rps, 3),
+        # The same ratio against the syscall time alone (no Python at all): the disk's ceiling.
+        "baseline_io_ratio": round(result["records_per_s"] / (base["records"] / base["io_s"]), 3),
+    }
 
 
 @bench.command("journal")

@@ -140,87 +140,106 @@ def bookie_bench(bookie_addr, protocol_version, size, ledgers, first_ledger_id, 
         first_ledger_id = default_first_ledger_id()
     if rate and rate_count is None:
         rate_count = throughput_count or max(1, int(rate * 10))
-
-    client_tls = None
-    if tls or tls_conf:
-        client_tls = tls_from_conf_file(tls_conf)
-
-    from twisted.internet import reactor
-
-    from bkfast import loadgen
-
-    outcome: dict = {}
-    last_samples: list = []
-
-    label = [""]
-
-    def on_phase(name, res):
-        if not as_json:
-            click.echo(label[0] + format_phase(name, res))
-
-    def on_samples(name, samples):
-        last_samples[:] = [samples]
-
-    def run(first_id, with_tls):
-        return loadgen.run_bench(reactor, host, port, protocol_version=protocol_version, size=size,
-                                 ledgers=ledgers, first_ledger_id=first_id, digest_type=int(dt),
-                                 password=password.encode("utf-8"), connections=connections,
-                                 outstanding=outstanding, warmup_count=warmup_count,
-                                 latency_count=latency_count, throughput_count=throughput_count, rate=rate,
-                                 rate_count=rate_count or 0, timeout_s=timeout_s, on_phase=on_phase,
-                                 on_samples=on_samples if samples_out else None, tls=with_tls)
-
+    client_tls = tls_from_conf_file(tls_conf) if tls or tls_conf else None
+    session = _BenchSession(host, port, as_json, bool(samples_out), dict(
+        protocol_version=protocol_version, size=size, ledgers=ledgers, digest_type=int(dt),
+        password=password.encode("utf-8"), connections=connections, outstanding=outstanding,
+        warmup_count=warmup_count, latency_count=latency_count, throughput_count=throughput_count, rate=rate,
+        rate_count=rate_count or 0, timeout_s=timeout_s))
     if tls:
-        label[0] = "plaintext "
-
-        def then_tls(plain):
-            outcome["plaintext"] = plain
-            label[0] = "tls "
-            return run(first_ledger_id + ledgers, client_tls)
-
-        d = run(first_ledger_id, None).addCallback(then_tls)
+        results = session.wait(session.start_compared(first_ledger_id, ledgers, client_tls))
     else:
-        d = run(first_ledger_id, client_tls)
+        results = session.wait(session.start(first_ledger_id, client_tls))
+    if samples_out:
+        session.write_samples(samples_out)
+    doc = {"bookie": f"{host}:{port}", "protocol": protocol_version, "size": size, "ledgers": ledgers,
+           "first_ledger_id": first_ledger_id, "connections": connections, "outstanding": outstanding,
+           "digest_type": dt.name}
+    _report(results, doc, tls, as_json)
 
-    def ok(results):
-        if tls:
-            results = {"plaintext": outcome.pop("plaintext"), "tls": results}
-            results["tls_vs_plaintext"] = compare(results["plaintext"], results["tls"])
-        outcome["results"] = results
 
-    def failed(f):
+class _BenchSession:
+    """The runs of one `bkfast bench bookie` on the reactor (plaintext, then TLS when comparing): the
+    phase lines they print, the samples of the last measured phase and how they ended."""
+
+    def __init__(self, host: str, port: int, as_json: bool, keep_samples: bool, bench_kwargs: dict):
+        self.host, self.port = host, port
+        self.as_json = as_json
+        self.keep_samples = keep_samples
+        self.bench_kwargs = bench_kwargs      # loadgen.run_bench's options, the same for every run
+        self.label = ""
+        self.samples = None
+        self.outcome: dict = {}
+
+    def on_phase(self, name, res) -> None:
+        if not self.as_json:
+            click.echo(self.label + format_phase(name, res))
+
+    def on_samples(self, name, samples) -> None:
+        self.samples = samples
+
+    def start(self, first_id: int, with_tls):
+        from twisted.internet import reactor
+
+        from bkfast import loadgen
+
+        return loadgen.run_bench(reactor, self.host, self.port, first_ledger_id=first_id, on_phase=self.on_phase,
+                                 on_samples=self.on_samples if self.keep_samples else None, tls=with_tls,
+                                 **self.bench_kwargs)
+
+    def start_compared(self, first_id: int, ledgers: int, client_tls):
+        """The plaintext run, then the TLS one on the next `ledgers` ledger ids: fires with both and
+        their comparison."""
+        self.label = "plaintext "
+        return self.start(first_id, None).addCallback(self._start_tls, first_id + ledgers, client_tls)
+
+    def _start_tls(self, plain: dict, first_id: int, client_tls):
+        self.label = "tls "
+        return self.start(first_id, client_tls).addCallback(
+            lambda tls: {"plaintext": plain, "tls": tls, "tls_vs_plaintext": compare(plain, tls)})
+
+    def wait(self, d) -> dict:
+        """Runs the reactor until `d` fires: its results, or exit 2 (the bookie failed us) or 130 (the
+        reactor stopped early, Ctrl-C)."""
+        from twisted.internet import reactor
+
+        d.addCallbacks(self._ok, self._failed)
+        d.addBoth(lambda _: reactor.callWhenRunning(reactor.stop))
+        if not d.called:
+            reactor.run()
+        if "error" in self.outcome:
+            click.echo(f"error: cannot run against {self.host}:{self.port}: {self.outcome['error']}", err=True)
+            sys.exit(2)
+        if "results" not in self.outcome:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        return self.outcome["results"]
+
+    def _ok(self, results) -> None:
+        self.outcome["results"] = results
+
+    def _failed(self, f) -> None:
         from twisted.internet.defer import FirstError
+
         if f.check(FirstError):
             f = f.value.subFailure
-        outcome["error"] = f.getErrorMessage()
+        self.outcome["error"] = f.getErrorMessage()
 
-    d.addCallbacks(ok, failed)
-    d.addBoth(lambda _: reactor.callWhenRunning(reactor.stop))
-    if not d.called:
-        reactor.run()
+    def write_samples(self, path: str) -> None:
+        with open(path, "wb") as f:
+            if self.samples is not None:
+                self.samples.tofile(f)
 
-    if "error" in outcome:
-        click.echo(f"error: cannot run against {host}:{port}: {outcome['error']}", err=True)
-        sys.exit(2)
-    if "results" not in outcome:            # the reactor stopped early (Ctrl-C)
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    results = outcome["results"]
-    if samples_out:
-        with open(samples_out, "wb") as f:
-            if last_samples:
-                last_samples[0].tofile(f)
+
+def _report(results: dict, doc: dict, tls: bool, as_json: bool) -> None:
+    """Prints the comparison (text) or one JSON object (`doc` + the results); exit 1 if any add failed."""
     runs = [results["plaintext"], results["tls"]] if tls else [results]
     errors = sum(r["errors"] for one in runs for r in one.values())
     if tls and not as_json:
         for key, value in results["tls_vs_plaintext"].items():
             click.echo(f"tls vs plaintext: {key} {value}")
     if as_json:
-        doc = {"bookie": f"{host}:{port}", "protocol": protocol_version, "size": size, "ledgers": ledgers,
-               "first_ledger_id": first_ledger_id, "connections": connections, "outstanding": outstanding,
-               "digest_type": dt.name, "errors": errors}
-        doc.update(results)
-        click.echo(json.dumps(doc, sort_keys=True))
+        click.echo(json.dumps({**doc, "errors": errors, **results}, sort_keys=True))
     if errors:
         if not as_json:
             click.echo(f"{errors} add(s) failed", err=True)

@@ -18,92 +18,101 @@ import time
 
 import click
 
-from bkfast.loadgen import percentile
+from bkfast.loadgen import percentiles_ms
 
 _SAMPLE_LIMIT = 2_000_000
 
 
 def _latency_summary(latencies: list[float]) -> dict:
     lat = sorted(latencies)
-
-    def ms(p):
-        v = percentile(lat, p)
-        return None if v is None else round(v * 1000.0, 3)
-
-    return {"p50_ms": ms(50), "p95_ms": ms(95), "p99_ms": ms(99), "p999_ms": ms(99.9),
-            "mean_ms": round(sum(lat) / len(lat) * 1000.0, 3) if lat else None}
+    return {**percentiles_ms(lat), "mean_ms": round(sum(lat) / len(lat) * 1000.0, 3) if lat else None}
 
 
 async def _write_phase(reactor, lh, size: int, outstanding: int, duration: float, rate: int | None) -> dict:
-    from twisted.internet import defer, task
+    from twisted.internet import task
 
-    payload = os.urandom(size)
-    latencies: list[float] = []
-    state = {"in_flight": 0, "ok": 0, "errors": 0, "issued": 0, "error": None}
-    done = defer.Deferred()
+    phase = _WritePhase(lh, os.urandom(size), outstanding, duration, rate)
     cpu_started = time.process_time()
-    started = time.perf_counter()
-    deadline = started + duration
-
-    def completed(error, _entry_id, t0):
-        state["in_flight"] -= 1
-        if error is None:
-            state["ok"] += 1
-            if len(latencies) < _SAMPLE_LIMIT:
-                latencies.append(time.perf_counter() - t0)
-            if rate is None:
-                pump()
-        else:
-            state["errors"] += 1
-            state["error"] = state["error"] or f"{type(error).__name__}: {error}"
-        maybe_done()
-
-    add = lh.async_add_entry            # Java's asyncAddEntry with a callback, as BenchThroughputLatency uses
-
-    def issue(t0):
-        state["in_flight"] += 1
-        state["issued"] += 1
-        add(payload, completed, t0)
-
-    def pump():
-        now = time.perf_counter()
-        if now >= deadline or state["error"]:
-            return
-        while state["in_flight"] < outstanding:
-            issue(now)
-
-    def maybe_done():
-        if state["in_flight"] == 0 and (time.perf_counter() >= deadline or state["error"]) and not done.called:
-            done.callback(None)
-
     if rate is None:
-        pump()
-        ticker = task.LoopingCall(maybe_done)
+        phase.pump()
+        ticker = task.LoopingCall(phase.maybe_done)
     else:
-        interval = 1.0 / rate
-
-        def tick():
-            now = time.perf_counter()
-            if now >= deadline or state["error"]:
-                maybe_done()
-                return
-            due = int((now - started) / interval) + 1
-            while state["issued"] < due and state["in_flight"] < outstanding:
-                issue(started + state["issued"] * interval)     # scheduled time, not now
-        ticker = task.LoopingCall(tick)
+        ticker = task.LoopingCall(phase.tick)
     ticker.clock = reactor
     ticker.start(0.001 if rate else 0.05)
-    await done
+    await phase.done
     ticker.stop()
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu_started
-    result = {"adds": state["ok"], "errors": state["errors"], "duration_s": round(elapsed, 3),
-              "client_cpu_us_per_add": round(cpu / state["ok"] * 1e6, 2) if state["ok"] else None,
-              "adds_per_s": round(state["ok"] / elapsed, 1), "mb_per_s": round(state["ok"] * size / elapsed / 1e6, 2)}
-    if state["error"]:
-        result["first_error"] = state["error"]
-    result.update(_latency_summary(latencies))
-    return result
+    return phase.result(time.perf_counter() - phase.started, time.process_time() - cpu_started)
+
+
+class _WritePhase:
+    """The adds of one write phase: closed loop (`outstanding` in flight, each completion sends the next)
+    or open loop at `rate` adds/s; their counts, the first error and the latencies."""
+
+    def __init__(self, lh, payload: bytes, outstanding: int, duration: float, rate: int | None):
+        from twisted.internet import defer
+
+        self.add = lh.async_add_entry       # Java's asyncAddEntry with a callback, as BenchThroughputLatency uses
+        self.payload = payload
+        self.outstanding = outstanding
+        self.rate = rate
+        self.latencies: list[float] = []
+        self.in_flight = self.ok = self.errors = self.issued = 0
+        self.error: str | None = None
+        self.done = defer.Deferred()
+        self.started = time.perf_counter()
+        self.deadline = self.started + duration
+
+    def completed(self, error, _entry_id, t0) -> None:
+        self.in_flight -= 1
+        if error is None:
+            self.ok += 1
+            if len(self.latencies) < _SAMPLE_LIMIT:
+                self.latencies.append(time.perf_counter() - t0)
+            if self.rate is None:
+                self.pump()
+        else:
+            self.errors += 1
+            self.error = self.error or f"{type(error).__name__}: {error}"
+        self.maybe_done()
+
+    def issue(self, t0: float) -> None:
+        self.in_flight += 1
+        self.issued += 1
+        self.add(self.payload, self.completed, t0)
+
+    def pump(self) -> None:
+        now = time.perf_counter()
+        if now >= self.deadline or self.error:
+            return
+        while self.in_flight < self.outstanding:
+            self.issue(now)
+
+    def tick(self) -> None:
+        """Open loop: issues the adds due by now, each timed from its scheduled time, not from now."""
+        now = time.perf_counter()
+        if now >= self.deadline or self.error:
+            self.maybe_done()
+            return
+        interval = 1.0 / self.rate
+        due = int((now - self.started) / interval) + 1
+        while self.issued < due and self.in_flight < self.outstanding:
+            self.issue(self.started + self.issued * interval)
+
+    def maybe_done(self) -> None:
+        if (self.in_flight == 0 and (time.perf_counter() >= self.deadline or self.error)
+                and not self.done.called):
+            self.done.callback(None)
+
+    def result(self, elapsed: float, cpu: float) -> dict:
+        ok, size = self.ok, len(self.payload)
+        result = {"adds": ok, "errors": self.errors, "duration_s": round(elapsed, 3),
+                  "client_cpu_us_per_add": round(cpu / ok * 1e6, 2) if ok else None,
+                  "adds_per_s": round(ok / elapsed, 1), "mb_per_s": round(ok * size / elapsed / 1e6, 2)}
+        if self.error:
+            result["first_error"] = self.error
+        result.update(_latency_summary(self.latencies))
+        return result
 
 
 async def _read_phase(bk, ledger_id: int, password: bytes, last: int, batch: int = 10000) -> dict:

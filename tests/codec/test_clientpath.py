@@ -4,8 +4,9 @@ callbacks (the cluster tests drive them over real connections)."""
 
 from __future__ import annotations
 
-from bkfast._clientpath import AddTracker, ChannelCore, PendingAdd, ReadBatchCore
 from twisted.internet import defer
+
+from bkfast._clientpath import AddTracker, ChannelCore, PendingAdd, ReadBatchCore
 
 
 class Recorder:
@@ -101,7 +102,6 @@ def test_adv_entries_are_kept_in_entry_order():
 
 def test_channel_core_routes_add_answers_to_the_registered_port():
     from bkfast._clientpath import AckPort
-
     from bkfast.codec import encode_add_response, encode_read_response
 
     rec = Recorder()
@@ -180,7 +180,6 @@ def test_v3_add_requests_parse_as_protobuf_and_answers_route_by_txn_id():
     import struct
 
     from bkfast._clientpath import AckPort
-
     from bkfast.errors import BKLedgerFencedException, error_for_v3_status
     from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
@@ -240,7 +239,6 @@ def test_v3_read_requests_parse_as_protobuf_and_answers_reach_the_batch():
     import struct
 
     from bkfast._clientpath import ReadPort
-
     from bkfast.errors import BKNoSuchEntryException, error_for_v3_status
     from bkfast.proto import BookkeeperProtocol_pb2 as pb
 
