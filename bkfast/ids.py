@@ -206,10 +206,34 @@ class BookieAddress:
     bookie_id: str
 
 
-def bookie_address(conf, *, interface_address: Callable[[str], str] = interface_ipv4,
-                   default_address: Callable[[], str] = _default_host_address,
-                   canonical_name: Callable[[str], str] = _canonical_host_name) -> BookieAddress:
-    """A bookie's bind address, advertised host and id from its configuration, as Java's BookieImpl.
+@dataclass(frozen=True)
+class AddressSettings:
+    """The configuration keys a bookie's address comes from (BookKeeper's names in `from_conf`)."""
+
+    bookie_port: int
+    listening_interface: str = ""
+    advertised_address: str = ""
+    use_host_name_as_bookie_id: bool = False
+    use_short_host_name: bool = False
+    bookie_id: str = ""
+
+    @classmethod
+    def from_conf(cls, conf) -> AddressSettings:
+        """From anything with `get(key)` (a ServerConfiguration)."""
+        return cls(int(conf.get("bookiePort")), (conf.get("listeningInterface") or "").strip(),
+                   (conf.get("advertisedAddress") or "").strip(), bool(conf.get("useHostNameAsBookieID")),
+                   bool(conf.get("useShortHostName")), (conf.get("bookieId") or "").strip())
+
+
+def bookie_address(conf) -> BookieAddress:
+    """`resolve_bookie_address` of a configuration's AddressSettings."""
+    return resolve_bookie_address(AddressSettings.from_conf(conf))
+
+
+def resolve_bookie_address(settings: AddressSettings, *, interface_address: Callable[[str], str] = interface_ipv4,
+                           default_address: Callable[[], str] = _default_host_address,
+                           canonical_name: Callable[[str], str] = _canonical_host_name) -> BookieAddress:
+    """A bookie's bind address, advertised host and id, as Java's BookieImpl.
 
     * listeningInterface names a network interface (`lo`, `eth0`): the bookie binds to that interface's
       IPv4 address; unset, it binds every interface. bkfast also accepts an IP address there (bind it).
@@ -218,11 +242,10 @@ def bookie_address(conf, *, interface_address: Callable[[str], str] = interface_
       (cut at the first dot with useShortHostName).
     * The bookie id is bookieId when set, else `<advertised host>:<bookiePort>`.
 
-    `conf` is anything with `get(key)`; the three callables are how the host is asked (tests replace
-    none of them for `lo`).
+    The three callables are how the host is asked (tests replace none of them for `lo`).
     """
-    port = int(conf.get("bookiePort"))
-    interface = (conf.get("listeningInterface") or "").strip()
+    port = settings.bookie_port
+    interface = settings.listening_interface
     iface_address = None
     if interface:
         try:
@@ -235,16 +258,14 @@ def bookie_address(conf, *, interface_address: Callable[[str], str] = interface_
             iface_address = None
     else:
         bind_host = "0.0.0.0"
-    advertised = (conf.get("advertisedAddress") or "").strip()
-    if advertised:
-        host = advertised
+    if settings.advertised_address:
+        host = settings.advertised_address
     else:
         address = iface_address or default_address()
-        if conf.get("useHostNameAsBookieID"):
+        if settings.use_host_name_as_bookie_id:
             host = canonical_name(address)
-            if conf.get("useShortHostName"):
+            if settings.use_short_host_name:
                 host = host.split(".", 1)[0]
         else:
             host = address
-    explicit = (conf.get("bookieId") or "").strip()
-    return BookieAddress(bind_host, host, port, explicit or f"{host}:{port}")
+    return BookieAddress(bind_host, host, port, settings.bookie_id or f"{host}:{port}")

@@ -1,9 +1,9 @@
 """A real cluster for client tests: a real ZooKeeper (the session fixture), a fresh ledgers root, and
-N `bkfast bookie` subprocesses that check cookies and register themselves, stopped by pid."""
+N `bkfast bookie` subprocesses that check cookies and register themselves, stopped by pid (N may be 0: an
+initialized cluster without bookies). Test modules get one through tests.cluster_factory."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
@@ -11,16 +11,19 @@ from kazoo.client import KazooClient
 
 from bkfast.cli.local_cluster import LocalBookie, free_port, start_bookies
 from bkfast.meta import zk_layout
+from tests.waiting import wait_until
 
 
 class Cluster:
-    def __init__(self, zk_connect: str, data_dir: Path, bookies: int, **bookie_conf: str):
+    def __init__(self, zk_connect: str, data_dir: Path | None, bookies: int, **bookie_conf: str):
+        self.zk_connect = zk_connect
         self.root = f"/bk-{uuid.uuid4().hex[:12]}/ledgers"
         self.metadata_uri = f"zk+hierarchical://{zk_connect}{self.root}"
         self.zk = KazooClient(hosts=zk_connect, timeout=15.0)
         self.zk.start(timeout=30)
         zk_layout.init_new_cluster(self.zk, self.root)
-        for attempt in range(2):
+        self.bookies: list[LocalBookie] = []
+        for attempt in range(2 if bookies else 0):
             self.bookies = [LocalBookie(data_dir / f"try{attempt}" / f"bookie-{i}", free_port(), self.metadata_uri,
                                         {"journalMaxGroupWaitMSec": "1", **bookie_conf})
                             for i in range(bookies)]
@@ -35,15 +38,16 @@ class Cluster:
                 print(f"cluster start failed, retrying with new ports: {err}")
         self.wait_registered(len(self.bookies))
 
+    def registered(self) -> list[str]:
+        """The writable bookies registered under available/."""
+        return [c for c in self.zk.get_children(f"{self.root}/available") if c != "readonly"]
+
     def wait_registered(self, count: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            children = [c for c in self.zk.get_children(f"{self.root}/available") if c != "readonly"]
-            if len(children) >= count:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"only {children} registered, expected {count}")
-            time.sleep(0.1)
+        try:
+            wait_until(f"{count} bookies registered under {self.root}/available",
+                       lambda: len(self.registered()) >= count, timeout, 0.1)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; registered: {self.registered()}") from None
 
     def by_id(self, bookie_id: str) -> LocalBookie:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)

@@ -6,16 +6,9 @@ from __future__ import annotations
 import pytest
 
 from bkfast.streams import Namespace
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 
-
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory, request):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]), bookies=3)
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = cluster_fixture(bookies=3)
 
 
 @pytest.fixture(scope="module")

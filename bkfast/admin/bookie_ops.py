@@ -134,22 +134,12 @@ def delete_cookie(zk, root: str, conf, force: bool) -> dict:
     return {"bookieId": bid, "deleted": True}
 
 
-def _pin_to(client, bid: str) -> None:
-    # Reactor thread. Java's bookiesanity uses a LocalBookieEnsemblePlacementPolicy; here the client is
-    # private to the command, so it stops watching the registry and sees only this bookie.
-    if client._cancel_watch is not None:
-        client._cancel_watch()
-        client._cancel_watch = None
-    info = client.writable_bookies.get(bid)
-    client.writable_bookies = {bid: info} if info is not None else {}
-
-
 def bookie_sanity(bk, conf, entries: int = 10, timeout_s: float = 30.0) -> dict:
     """bookiesanity: create a ledger on this bookie alone (E=W=A=1), write `entries` entries, read them
     back, delete it. `bk` is a blocking client used for nothing else."""
     bid = this_bookie_id(conf)
     client = bk.async_client
-    in_reactor(timeout_s, _pin_to, client, bid)
+    in_reactor(timeout_s, client.pin_to_bookie, bid)
     if not client.writable_bookies:
         state = "registered read-only" if bid in client.read_only_bookies else "not registered"
         raise AdminError(f"bookie {bid} is {state}: bookiesanity needs it running and writable")

@@ -12,12 +12,17 @@ reactor runs in a background thread (`bkfast.reactor`), so this may be used from
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 from bkfast.reactor import call, start_reactor_thread, submit
 
-__all__ = ["BookKeeper", "BlockingLedgerHandle", "call_in_reactor", "pipelined_adds"]
+__all__ = ["BookKeeper", "BlockingLedgerHandle", "ClosedOnExit", "call_in_reactor", "pipelined_adds"]
 
 DEFAULT_TIMEOUT_S = 120.0
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
 
 
 def call_in_reactor(timeout: float, fn, *args, **kwargs):
@@ -28,7 +33,22 @@ def call_in_reactor(timeout: float, fn, *args, **kwargs):
     return call(fn, *args, timeout=timeout, **kwargs)
 
 
-class BlockingLedgerHandle:
+class ClosedOnExit:
+    """`with obj:` closes obj when the block ends (the blocking faces: clients, handles, writers)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self: _Closeable, *exc) -> None:
+        self.close()
+
+
+def _handle_attribute(name: str) -> property:
+    """A read-only view of the wrapped async handle's attribute `name`."""
+    return property(lambda self: getattr(self._handle, name))
+
+
+class BlockingLedgerHandle(ClosedOnExit):
     """A ledger handle whose calls block; wraps a `LedgerHandle` / `WriteHandle` of the async API."""
 
     def __init__(self, handle, timeout: float):
@@ -36,35 +56,14 @@ class BlockingLedgerHandle:
         self._timeout = timeout
 
     # identity and state (read from the handle; plain attribute reads are safe across threads)
-    @property
-    def ledger_id(self) -> int:
-        return self._handle.ledger_id
-
+    ledger_id = _handle_attribute("ledger_id")
     id = ledger_id
-
-    @property
-    def scope_id(self) -> int:
-        return self._handle.scope_id
-
-    @property
-    def qualified_name(self) -> str:
-        return self._handle.qualified_name
-
-    @property
-    def last_add_confirmed(self) -> int:
-        return self._handle.last_add_confirmed
-
-    @property
-    def length(self) -> int:
-        return self._handle.length
-
-    @property
-    def metadata(self):
-        return self._handle.metadata
-
-    @property
-    def is_closed(self) -> bool:
-        return self._handle.is_closed
+    scope_id = _handle_attribute("scope_id")
+    qualified_name = _handle_attribute("qualified_name")
+    last_add_confirmed = _handle_attribute("last_add_confirmed")
+    length = _handle_attribute("length")
+    metadata = _handle_attribute("metadata")
+    is_closed = _handle_attribute("is_closed")
 
     @property
     def async_handle(self):
@@ -136,12 +135,6 @@ class BlockingLedgerHandle:
                 if metadata.is_closed and next_entry > metadata.last_entry_id and stop_when_closed:
                     return
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"Blocking{self._handle!r}"
 
@@ -151,7 +144,7 @@ def pipelined_adds(handle, payloads: list, max_outstanding: int):
     their entry ids, in order (or of the first error)."""
     from twisted.internet import defer
 
-    done = defer.Deferred()
+    done: defer.Deferred[list[int]] = defer.Deferred()
     ids: list[int] = [0] * len(payloads)
     state = {"next": 0, "in_flight": 0, "completed": 0, "failed": False}
 
@@ -182,7 +175,7 @@ def pipelined_adds(handle, payloads: list, max_outstanding: int):
     return done
 
 
-class BookKeeper:
+class BookKeeper(ClosedOnExit):
     """Blocking client: ``BookKeeper(metadata_uri, **conf)`` (BookKeeper key names, or protocol="v3")."""
 
     def __init__(self, metadata_uri: str, timeout: float = DEFAULT_TIMEOUT_S, **conf):
@@ -226,9 +219,3 @@ class BookKeeper:
 
     def close(self) -> None:
         call(self._bk.close, timeout=self._timeout)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -117,6 +117,17 @@ class AsyncBookKeeper:
                  len(self.writable_bookies), len(self.read_only_bookies))
         return self
 
+    def pin_to_bookie(self, bookie_id: str) -> None:
+        """Reactor thread. Stop following the bookie registry and write to `bookie_id` alone (none if it
+        is not a registered writable bookie), as Java's bookiesanity does with its
+        LocalBookieEnsemblePlacementPolicy. For a client private to one such check: the pin lasts
+        until it is closed."""
+        if self._cancel_watch is not None:
+            self._cancel_watch()
+            self._cancel_watch = None
+        info = self.writable_bookies.get(bookie_id)
+        self.writable_bookies = {bookie_id: info} if info is not None else {}
+
     def _on_bookies(self, writable: dict, read_only: dict) -> None:
         self.client_stats.bookies_changed(self.writable_bookies, writable)
         self.writable_bookies = dict(writable)
@@ -177,7 +188,7 @@ class AsyncBookKeeper:
         pairs = topology.unresolved(bookies)
         if not pairs:
             return defer.succeed(None)
-        done = defer.Deferred()
+        done: defer.Deferred[None] = defer.Deferred()
         self._locating = done
 
         def resolved(found):

@@ -40,11 +40,9 @@ class LedgerHandle:
         self.metadata_version = versioned.version
         self.digest = DigestContext(self.metadata.digest_type, password, self.scope_id, self.ledger_id)
         if self.metadata.is_closed:
-            self.last_add_confirmed = self.metadata.last_entry_id
-            self.length = self.metadata.length
+            self._start_at(self.metadata.last_entry_id, self.metadata.length)
         else:
-            self.last_add_confirmed = -1
-            self.length = 0
+            self._start_at(-1, 0)
         self._tail_cache: dict[int, object] = {}
         self._handle_closed = False
 
@@ -66,6 +64,12 @@ class LedgerHandle:
         return f"<{type(self).__name__} {self.ledger} LAC={self.last_add_confirmed} {self.metadata.state.name}>"
 
     # --- LAC bookkeeping ----------------------------------------------------------------------------
+    def _start_at(self, lac: int, length: int) -> None:
+        """The ledger's LAC and length when the handle is opened (the write handle keeps them in its add
+        tracker, which it builds here)."""
+        self.last_add_confirmed = lac
+        self.length = length
+
     def _observe_lac(self, lac: int) -> None:
         if lac > self.last_add_confirmed:
             self.last_add_confirmed = lac

@@ -166,6 +166,15 @@ class PlacementPolicy(abc.ABC):
         have = [b for b in index.ids if b not in excluded]
         return BKNotEnoughBookiesException(f"need {need} {what}, have {len(have)}: {', '.join(have) or 'none'}")
 
+    def unusable(self, index: CandidateIndex, ensemble_size: int, scope_id: int,
+                 excluded: Collection[str]) -> set[str]:
+        """The bookies a new ensemble may not take (`excluded`), once `index` is known to hold `ensemble_size`
+        others (else BKNotEnoughBookiesException)."""
+        used = set(excluded)
+        if len(index) - sum(1 for b in used if b in index.loc) < ensemble_size:
+            raise self.not_enough(ensemble_size, index, scope_id, used)
+        return used
+
     def replacement_slots(self, ensemble: tuple[str, ...], failed: set[str], excluded: Collection[str]):
         """What a search for replacements starts from: the ensemble with the failed bookies' positions open
         (members), their locations, the failed bookies' locations (preferred, by position) and the
@@ -201,7 +210,20 @@ class PlacementPolicy(abc.ABC):
     def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
         """For enforceMinNumFaultDomainsForWrite: (domain number of each position, domains an add's
         acknowledgements must come from), or None when the policy sets no such rule."""
+        needed = self.fault_domains_needed(write_quorum) if self.enforce_fault_domains else None
+        if needed is None:
+            return None
+        numbers: dict[str, int] = {}
+        domains = [numbers.setdefault(self.fault_domain(self.topology.location(b)), len(numbers)) for b in ensemble]
+        return domains, needed
+
+    def fault_domains_needed(self, write_quorum: int) -> int | None:
+        """How many fault domains an add's acknowledgements must come from; None: the policy sets no rule."""
         return None
+
+    def fault_domain(self, location: str) -> str:
+        """The fault domain of a bookie at `location`: its whole location unless the policy says otherwise."""
+        return location
 
     def local_key(self, location: str) -> str:
         """The part of a location that makes a bookie "local" to the client for reads."""
@@ -244,9 +266,10 @@ def random_pick(index: CandidateIndex, count: int, used: set[str], rng: random.R
                 out.append(b)
         return out
     for _ in range(count):
-        b = index.pick(index.ids, rng, used)
-        used.add(b)
-        out.append(b)
+        picked = index.pick(index.ids, rng, used)
+        assert picked is not None, "checked above: at least `count` bookies of the index are not used"
+        used.add(picked)
+        out.append(picked)
     return out
 
 
@@ -269,9 +292,8 @@ class DefaultEnsemblePlacementPolicy(PlacementPolicy):
 
     def new_ensemble(self, writable, ensemble_size, write_quorum, ack_quorum, scope_id=0, excluded=()):
         index = self.candidates(writable, scope_id)
-        if len(index) - sum(1 for b in excluded if b in index.loc) < ensemble_size:
-            raise self.not_enough(ensemble_size, index, scope_id, excluded)
-        return tuple(random_pick(index, ensemble_size, set(excluded), self.rng))
+        return tuple(random_pick(index, ensemble_size, self.unusable(index, ensemble_size, scope_id, excluded),
+                                 self.rng))
 
     def replace_bookies(self, writable, ensemble, write_quorum, ack_quorum, failed, scope_id=0, excluded=()):
         return random_replacements(self.candidates(writable, scope_id), ensemble, failed, excluded, self.rng)

@@ -26,7 +26,7 @@ from bkfast.errors import PlacementPolicyError
 from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, CandidateIndex, PlacementPolicy, random_pick, random_replacements, write_quorums
-from .placement_search import Rules, any_window, fill
+from .placement_search import Rules, best_spread, fill
 from .topology import DEFAULT_RACK
 
 __all__ = ["RackawareEnsemblePlacementPolicy", "RACKAWARE_POLICY"]
@@ -85,11 +85,7 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
             return tuple(found)
         if self.enforce:
             raise self._fail(what, len(members), write_quorum, index, used)
-        found = fill(members, locations, write_quorum, index, Rules(any_window, _spread_rank, prefer), used,
-                     self.rng)
-        if found is None:
-            raise self.not_enough(sum(1 for b in members if b is None), index, 0, used)
-        self.fallbacks += 1
+        found = best_spread(self, members, locations, write_quorum, index, _spread_rank, prefer, used)
         self.warn_once("fallback", "%s: no placement puts every write quorum of E=%d W=%d on %d racks; using the "
                        "best spread found (%s). This is logged once", self.name, len(members), write_quorum,
                        self.racks_needed(write_quorum), ",".join(found))
@@ -99,9 +95,7 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
     def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
                      ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
         index = self._index(writable, scope_id)
-        used = set(excluded)
-        if len(index) - sum(1 for b in used if b in index.loc) < ensemble_size:
-            raise self.not_enough(ensemble_size, index, scope_id, used)
+        used = self.unusable(index, ensemble_size, scope_id, excluded)
         if len(index.by_loc) < 2 and self.racks_needed(write_quorum) > 1:
             if self.enforce:
                 raise self._fail("new ensemble", ensemble_size, write_quorum, index, used)
@@ -138,12 +132,8 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
         return repair(self, ensemble, write_quorum, index, self._feasible(write_quorum), _spread_rank,
                       set(excluded))
 
-    def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
-        if not self.enforce_fault_domains:
-            return None
-        numbers: dict[str, int] = {}
-        domains = [numbers.setdefault(self.topology.location(b), len(numbers)) for b in ensemble]
-        return domains, self.racks_needed(write_quorum)
+    def fault_domains_needed(self, write_quorum: int) -> int:
+        return self.racks_needed(write_quorum)
 
 
 def repair(policy: PlacementPolicy, ensemble: tuple[str, ...], write_quorum: int, index: CandidateIndex, feasible,

@@ -28,7 +28,7 @@ from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, PlacementPolicy, write_quorums
 from .placement_rack import repair
-from .placement_search import Rules, any_window, fill, spread_by_top_level, top_level
+from .placement_search import Rules, best_spread, fill, spread_by_top_level, top_level
 from .topology import DEFAULT_REGION_AND_RACK
 
 __all__ = ["RegionAwareEnsemblePlacementPolicy", "REGIONAWARE_POLICY", "region_of"]
@@ -108,9 +108,7 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
                      ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
         self.check_quorums(write_quorum, ack_quorum)
         index = self._index(writable, scope_id)
-        used = set(excluded)
-        if len(index) - sum(1 for b in used if b in index.loc) < ensemble_size:
-            raise self.not_enough(ensemble_size, index, scope_id, used)
+        used = self.unusable(index, ensemble_size, scope_id, excluded)
         found = fill([None] * ensemble_size, [None] * ensemble_size, write_quorum, index,
                      Rules(self._durable(ack_quorum), _rank, monotone=True), used, self.rng)
         if found is None:
@@ -130,10 +128,7 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
         if found is None and self.enforce_in_replace and self.min_regions > 1:
             raise self._fail("ensemble change", write_quorum, ack_quorum, index, used)
         if found is None:
-            found = fill(members, locations, write_quorum, index, Rules(any_window, _rank, prefer), used, self.rng)
-            if found is None:
-                raise self.not_enough(len(failed & set(ensemble)), index, scope_id, used)
-            self.fallbacks += 1
+            found = best_spread(self, members, locations, write_quorum, index, _rank, prefer, used, scope_id)
             self.warn_once("fallback", "%s: a replacement could not keep entries in %d regions "
                            "(reppEnableDurabilityEnforcementInReplace is off); using %s. This is logged once",
                            self.name, self.min_regions, ",".join(found))
@@ -153,9 +148,5 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
         return repair(self, ensemble, write_quorum, self._index(writable, scope_id), self._durable(ack_quorum),
                       _rank, set(excluded))
 
-    def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
-        if not self.enforce_fault_domains:
-            return None
-        numbers: dict[str, int] = {}
-        domains = [numbers.setdefault(self.topology.location(b), len(numbers)) for b in ensemble]
-        return domains, min(write_quorum, self.min_racks)
+    def fault_domains_needed(self, write_quorum: int) -> int:
+        return min(write_quorum, self.min_racks)

@@ -18,11 +18,12 @@ import functools
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import cast
 
-from .placement import CandidateIndex
+from .placement import CandidateIndex, PlacementPolicy
 from .topology import path_parts
 
-__all__ = ["Rules", "fill", "FAST_DRAWS", "BUDGET"]
+__all__ = ["Rules", "fill", "best_spread", "FAST_DRAWS", "BUDGET"]
 
 FAST_DRAWS = 24          # random draws per position before every location is tried in turn
 BUDGET = 4000            # locations tried per fill before it gives up
@@ -68,6 +69,7 @@ def _geometry(e: int, w: int) -> tuple[tuple, tuple]:
     """Per position: the other positions sharing a write quorum with it, and the write quorums through it."""
     span = min(w - 1, e - 1)
     around = tuple(tuple(sorted({(p + d) % e for d in range(-span, span + 1) if d} - {p})) for p in range(e))
+    windows: tuple[tuple[tuple[int, ...], ...], ...]
     if w >= e:
         windows = tuple((tuple(range(e)),) for _p in range(e))
     else:
@@ -162,6 +164,20 @@ def fill(members: list[str | None], locations: list[str | None], write_quorum: i
     open_positions = [i for i, b in enumerate(members) if b is None]
     search = _Search(list(members), list(locations), write_quorum, index, rules, set(used), rng, budget)
     try:
-        return search.members if search.run(open_positions) else None
+        # run() returns True only once every open position holds a bookie
+        return cast("list[str]", search.members) if search.run(open_positions) else None
     except _Exhausted:
         return None
+
+
+def best_spread(policy: PlacementPolicy, members: list[str | None], locations: list[str | None], write_quorum: int,
+                index: CandidateIndex, rank: Callable[[str, list], int], prefer: dict | None, used: Collection[str],
+                scope_id: int = 0) -> list[str]:
+    """What a policy whose rule cannot be met, and is not enforced, falls back to: any placement, `rank` still
+    spreading it as well as it can, counted in `policy.fallbacks` (the caller logs it);
+    BKNotEnoughBookiesException when not even that is possible."""
+    found = fill(members, locations, write_quorum, index, Rules(any_window, rank, prefer), used, policy.rng)
+    if found is None:
+        raise policy.not_enough(sum(1 for b in members if b is None), index, scope_id, used)
+    policy.fallbacks += 1
+    return found

@@ -23,7 +23,7 @@ from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, PlacementPolicy, write_quorums
 from .placement_rack import repair
-from .placement_search import Rules, any_window, fill, spread_by_top_level, top_level
+from .placement_search import Rules, best_spread, fill, spread_by_top_level, top_level
 from .topology import DEFAULT_ZONE_AND_UPGRADE_DOMAIN, path_parts
 
 __all__ = ["ZoneawareEnsemblePlacementPolicy", "ZONEAWARE_POLICY", "zone_of"]
@@ -103,10 +103,7 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
                 f"{what}: no placement of E={len(members)} W={write_quorum} puts every write quorum on "
                 f"{self.min_zones} zones in distinct upgrade domains (zones: {', '.join(available) or 'none'}; "
                 "enforceStrictZoneawarePlacement is on, default-zone bookies excluded)")
-        found = fill(members, locations, write_quorum, index, Rules(any_window, _rank, prefer), used, self.rng)
-        if found is None:
-            raise self.not_enough(sum(1 for b in members if b is None), index, 0, used)
-        self.fallbacks += 1
+        found = best_spread(self, members, locations, write_quorum, index, _rank, prefer, used)
         self.warn_once("fallback", "%s: no placement of E=%d W=%d meets minNumZonesPerWriteQuorum=%d; using the best "
                        "spread found (%s). This is logged once", self.name, len(members), write_quorum,
                        self.min_zones, ",".join(found))
@@ -116,9 +113,7 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
                      ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
         self.check_quorums(ensemble_size, write_quorum)
         index = self._index(writable, scope_id)
-        used = set(excluded)
-        if len(index) - sum(1 for b in used if b in index.loc) < ensemble_size:
-            raise self.not_enough(ensemble_size, index, scope_id, used)
+        used = self.unusable(index, ensemble_size, scope_id, excluded)
         return self._place("new ensemble", [None] * ensemble_size, [None] * ensemble_size, write_quorum, index, used,
                            None)
 
@@ -155,9 +150,8 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
         return repair(self, ensemble, write_quorum, self._index(writable, scope_id),
                       _zones_at_least(min(write_quorum, self.min_zones)), _rank, set(excluded))
 
-    def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
-        if not self.enforce_fault_domains:
-            return None
-        numbers: dict[str, int] = {}
-        domains = [numbers.setdefault(zone_of(self.topology.location(b)), len(numbers)) for b in ensemble]
-        return domains, min(write_quorum, self.min_zones)
+    def fault_domains_needed(self, write_quorum: int) -> int:
+        return min(write_quorum, self.min_zones)
+
+    def fault_domain(self, location: str) -> str:
+        return zone_of(location)

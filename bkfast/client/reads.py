@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from twisted.internet import defer
 
-from bkfast._clientpath import ReadBatchCore
+from bkfast._clientpath import LedgerEntry, ReadBatchCore
 from bkfast.codec import encode_read_request
 from bkfast.errors import (
     BKDigestMatchException,
@@ -28,6 +29,9 @@ from bkfast.errors import (
 from bkfast.ids import scope_field
 
 from .distribution import quorum_covered, write_set
+
+if TYPE_CHECKING:
+    from twisted.internet import task
 
 __all__ = ["read_entries", "read_last_confirmed", "recovery_read", "read_lac_long_poll", "read_explicit_lac"]
 
@@ -62,7 +66,7 @@ class _ReadBatch:
 
     def __init__(self, handle, first: int, last: int, window: int = 2000):
         self.handle = handle
-        self.deferred = defer.Deferred()
+        self.deferred: defer.Deferred[list[LedgerEntry]] = defer.Deferred()
         md = handle.metadata
         client = handle.bookie_client
         self.v3 = bool(handle.scope_id) or not client.v2_by_default
@@ -77,7 +81,7 @@ class _ReadBatch:
         spec_ms = handle.conf.get("speculativeReadTimeout")
         self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
         self.read_timeout = client.read_timeout
-        self.sweeper = None
+        self.sweeper: task.LoopingCall | None = None
 
     def start(self) -> defer.Deferred:
         core = self.core
@@ -151,6 +155,7 @@ class _ReadBatch:
                     log.info("ledger %d entry %d: speculative read to %s", self.handle.ledger_id, read.entry_id,
                              read.bookies[read.next_index - 1])
         if core.closed and not core.in_flight:
+            assert self.sweeper is not None, "_sweep runs only from the sweeper"
             self.sweeper.stop()
 
 
@@ -186,7 +191,7 @@ def read_last_confirmed(handle, fence: bool) -> defer.Deferred:
     md = handle.metadata
     ensemble = md.last_ensemble[1]
     n = len(ensemble)
-    result = defer.Deferred()
+    result: defer.Deferred[tuple[int, int]] = defer.Deferred()
     state = {"best": (-1, 0), "valid": False, "answered": set(), "ok": set(), "last_error": None}
 
     def settle():
@@ -246,7 +251,7 @@ def recovery_read(handle, entry_id: int, ensemble=None) -> defer.Deferred:
         ensemble = md.ensemble_at(entry_id)
     bookies = [ensemble[i] for i in write_set(entry_id, md.ensemble_size, md.write_quorum_size)]
     needed_missing = md.write_quorum_size - md.ack_quorum_size + 1
-    result = defer.Deferred()
+    result: defer.Deferred[LedgerEntry] = defer.Deferred()
     state = {"missing": 0, "errors": [], "answered": 0}
 
     def settle_failure():
@@ -291,7 +296,7 @@ def read_lac_long_poll(handle, previous_lac: int, timeout_ms: int) -> defer.Defe
     verified, is cached on the handle), or with the best LAC seen once all bookies answered or timed out."""
     md = handle.metadata
     ensemble = md.ensemble_at(previous_lac + 1)
-    result = defer.Deferred()
+    result: defer.Deferred[int] = defer.Deferred()
     state = {"answered": 0, "best": previous_lac, "errors": []}
 
     def ok(poll, bookie):

@@ -35,7 +35,7 @@ trio, FAILED_TO_RESOLVE_NETWORK_LOCATION_TOTAL and bookie_watcher_ENSEMBLE_NOT_A
 from __future__ import annotations
 
 from bkfast._stats import now_ns
-from bkfast.stats import StatsLogger, StatsRegistry
+from bkfast.stats import Counter, OpStats, StatsLogger, StatsRegistry
 
 __all__ = ["ClientStats", "CLIENT_SCOPE", "WORKER_POOL", "stats_of", "timed"]
 
@@ -67,6 +67,38 @@ _COUNTERS = {
 
 class ClientStats:
     """Every stat of one client, as attributes named by the keys of _OPS (OpStats) and _COUNTERS (Counter)."""
+
+    # Set in __init__ from _OPS and _COUNTERS (same names).
+    add: OpStats
+    read: OpStats
+    create: OpStats
+    open: OpStats
+    delete: OpStats
+    recover: OpStats
+    recover_adds: OpStats
+    recover_reads: OpStats
+    read_lac: OpStats
+    read_lac_and_entry: OpStats
+    read_lac_and_entry_response: OpStats
+    write_lac: OpStats
+    force: OpStats
+    channel_write_wait: OpStats
+    reads_reordered: OpStats
+    write_delayed_latency: OpStats
+    bookies_joined: OpStats
+    bookies_left: OpStats
+    new_ensemble: OpStats
+    replace_bookie: OpStats
+    add_ur: Counter
+    read_dm: Counter
+    ensemble_changes: Counter
+    lac_update_hits: Counter
+    lac_update_misses: Counter
+    speculative_reads: Counter
+    write_delayed: Counter
+    write_timed_out: Counter
+    failed_to_resolve_location: Counter
+    ensemble_not_adhering: Counter
 
     def __init__(self, logger: StatsLogger | None = None):
         if logger is None:

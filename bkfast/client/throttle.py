@@ -12,42 +12,64 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["AddThrottle"]
+__all__ = ["AddThrottle", "WaitingAdd"]
+
+
+@dataclass(slots=True)
+class WaitingAdd:
+    """An add that has its entry id but not yet its permit: what the handle needs to send it, or to
+    fail it if the handle fails first (`callback(error, entry_id, ctx)`, or else `deferred`)."""
+
+    entry_id: int
+    data: Any
+    callback: Callable | None
+    ctx: Any
+    deferred: Any
 
 
 class AddThrottle:
-    """Token bucket of `rate` permits per second; `submit(job)` runs `job()` now or when its permit
-    comes, in submission order."""
+    """Token bucket of `rate` permits per second; `submit(add)` calls `send(add)` now or when its
+    permit comes, in submission order. The entry ids of the adds still waiting are known in O(1)
+    (`entry_id in throttle`), so a WriteHandleAdv can refuse a duplicate id without a scan."""
 
-    def __init__(self, rate: float, reactor, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, rate: float, reactor, send: Callable[[WaitingAdd], object],
+                 clock: Callable[[], float] = time.monotonic):
         if rate <= 0:
             raise ValueError("throttle rate must be > 0")
         self.rate = float(rate)
         self.reactor = reactor
+        self.send = send
         self.clock = clock
         self.capacity = max(1.0, self.rate)          # one second of permits
         self.permits = 1.0                           # the first add goes at once (as Guava's first acquire)
         self.updated = clock()
-        self.waiting: deque = deque()
+        self.waiting: deque[WaitingAdd] = deque()
+        self.waiting_ids: set[int] = set()
         self.release_call = None
 
     def __len__(self) -> int:
         return len(self.waiting)
+
+    def __contains__(self, entry_id: int) -> bool:
+        return entry_id in self.waiting_ids
 
     def _refill(self) -> None:
         now = self.clock()
         self.permits = min(self.capacity, self.permits + (now - self.updated) * self.rate)
         self.updated = now
 
-    def submit(self, job) -> None:
+    def submit(self, add: WaitingAdd) -> None:
         if not self.waiting:
             self._refill()
             if self.permits >= 1.0:
                 self.permits -= 1.0
-                job()
+                self.send(add)
                 return
-        self.waiting.append(job)
+        self.waiting.append(add)
+        self.waiting_ids.add(add.entry_id)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -60,13 +82,16 @@ class AddThrottle:
         self._refill()
         while self.waiting and self.permits >= 1.0:
             self.permits -= 1.0
-            self.waiting.popleft()()
+            add = self.waiting.popleft()
+            self.waiting_ids.discard(add.entry_id)
+            self.send(add)
         self._schedule()
 
-    def drop(self) -> list:
-        """Forget the waiting jobs (the handle failed); returns them, oldest first."""
+    def drop(self) -> list[WaitingAdd]:
+        """Forget the waiting adds (the handle failed); returns them, oldest first."""
         if self.release_call is not None and self.release_call.active():
             self.release_call.cancel()
         self.release_call = None
-        jobs, self.waiting = list(self.waiting), deque()
-        return jobs
+        adds, self.waiting = list(self.waiting), deque()
+        self.waiting_ids.clear()
+        return adds

@@ -161,7 +161,8 @@ class RackTableMapping:
         self.set_table(table or {})
 
     def set_table(self, table: RackTable) -> None:
-        by_address, by_host = {}, {}
+        by_address: dict[str, str | None] = {}
+        by_host: dict[str, str | None] = {}
         for bookies in table.values():
             for address, info in bookies.items():
                 rack = normalize_rack(info.get("rack"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 
 from twisted.internet import defer, task
 
@@ -44,7 +43,7 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from .entry_size import max_entry_size, too_large
 from .handle import LedgerHandle
 from .stats import timed
-from .throttle import AddThrottle
+from .throttle import AddThrottle, WaitingAdd
 
 __all__ = ["WriteHandle", "WriteHandleAdv"]
 
@@ -78,27 +77,17 @@ class WriteHandle(LedgerHandle):
     _sorted_entry_ids = False
 
     def __init__(self, bk, ledger, versioned, password: bytes, recovery: bool = False, deferred_sync: bool = False):
-        super().__init__(bk, ledger, versioned, password)
+        # (set before the base's __init__, which calls _start_at, where the add tracker is built from them)
         self._recovery = recovery
         self.deferred_sync = deferred_sync          # WriteFlag.DEFERRED_SYNC: acks before journal sync (v3)
+        super().__init__(bk, ledger, versioned, password)
         self._expected_state = LedgerState.IN_RECOVERY if recovery else LedgerState.OPEN
-        md = self.metadata
         client = self.bookie_client
-        # Adds go through tracked channels (v2, or v3 when the ledger needs it: scope ids, DEFERRED_SYNC,
-        # or a v3 client), except recovery adds (a recovering client may share a connection with the
-        # ledger's own writer), which take the general path.
-        fast = not recovery
-        self._v3 = bool(self.scope_id or deferred_sync or not client.v2_by_default)
-        lac = self.__dict__.pop("_initial_lac")
-        self._core = AddTracker(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, lac, self.length,
-                                fast, self._sorted_entry_ids, client.add_timeout, self._resolve_position,
-                                self._slow_send, self._make_v3_add if self._v3 else self._make_frame,
-                                self._position_failed, self._drained, self._v3, self.ledger_id)
-        self.last_add_pushed = lac
-        self._set_fault_domains(md.last_ensemble[1])
+        self._set_fault_domains(self.metadata.last_ensemble[1])
         self._max_entry = max_entry_size(client.max_frame_size)
         throttle = self.conf.get("throttle")
-        self._throttle = AddThrottle(throttle, self.reactor) if throttle > 0 and not recovery else None
+        self._throttle = AddThrottle(throttle, self.reactor, self._send_waiting) \
+            if throttle > 0 and not recovery else None
         self._changing_ensemble = False
         self._failed_bookies: set[str] = set()
         # Bookies that failed an add since the LAC was `_stuck_lac`. A refusal that follows the entry
@@ -122,29 +111,39 @@ class WriteHandle(LedgerHandle):
         # that runs while adds are pending, so an idle or forgotten handle schedules nothing.
         self._timeout_loop: task.LoopingCall | None = None
         self._timeout_interval = min(1.0, max(0.05, client.add_timeout / 10.0))
-        if fast and client.add_timeout > 0:
+        if self._core.fast and client.add_timeout > 0:
             self._timeout_loop = task.LoopingCall(self._sweep_timeouts)
             self._timeout_loop.clock = self.reactor
+
+    def _start_at(self, lac: int, length: int) -> None:
+        """The ledger's position when opened becomes the add tracker's. Adds go through tracked channels
+        (v2, or v3 when the ledger needs it: scope ids, DEFERRED_SYNC, or a v3 client), except recovery
+        adds (a recovering client may share a connection with the ledger's own writer), which take the
+        general path."""
+        md, client = self.metadata, self.bookie_client
+        self.length = length
+        self._v3 = bool(self.scope_id or self.deferred_sync or not client.v2_by_default)
+        self._core = AddTracker(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, lac, length,
+                                not self._recovery, self._sorted_entry_ids, client.add_timeout,
+                                self._resolve_position, self._slow_send,
+                                self._make_v3_add if self._v3 else self._make_frame,
+                                self._position_failed, self._drained, self._v3, self.ledger_id)
+        self.last_add_pushed = lac
 
     def _set_fault_domains(self, ensemble) -> None:
         """enforceMinNumFaultDomainsForWrite: the tracker completes an add only once its acknowledgements
         come from enough racks/zones of the placement policy (Java's areAckedBookiesAdheringToPlacementPolicy)."""
-        placement = getattr(self.bk, "placement", None)
-        rule = placement.fault_domains(tuple(ensemble), self.metadata.write_quorum_size) if placement else None
+        rule = self.bk.placement.fault_domains(tuple(ensemble), self.metadata.write_quorum_size)
         self._core.domains, self._core.min_domains = (rule[0], rule[1]) if rule else (None, 0)
 
-    # LAC and confirmed length live in the tracker (LedgerHandle.__init__ sets the LAC before it exists)
+    # LAC and confirmed length live in the tracker
     @property
     def last_add_confirmed(self) -> int:
         return self._core.lac
 
     @last_add_confirmed.setter
     def last_add_confirmed(self, value: int) -> None:
-        core = self.__dict__.get("_core")
-        if core is None:
-            self.__dict__["_initial_lac"] = value
-        else:
-            core.lac = value
+        self._core.lac = value
 
     @property
     def confirmed_length(self) -> int:
@@ -182,7 +181,9 @@ class WriteHandle(LedgerHandle):
             return defer.fail(refused)
         entry_id = self.last_add_pushed + 1
         self.last_add_pushed = entry_id
-        return self._throttled_push(entry_id, data, None, None)
+        d = self._throttled_push(entry_id, data, None, None)
+        assert d is not None, "an add without a callback has a Deferred"
+        return d
 
     append = add_entry
 
@@ -201,9 +202,13 @@ class WriteHandle(LedgerHandle):
     def _throttled_push(self, entry_id: int, data, callback, ctx) -> defer.Deferred | None:
         if self._throttle is None:
             return self._push(entry_id, data, callback, ctx)
-        d = defer.Deferred() if callback is None else None
-        self._throttle.submit(partial(self._push, entry_id, data, callback, ctx, d))
+        d: defer.Deferred[int] | None = defer.Deferred() if callback is None else None
+        self._throttle.submit(WaitingAdd(entry_id, data, callback, ctx, d))
         return d
+
+    def _send_waiting(self, add: WaitingAdd) -> None:
+        """The throttle gave `add` its permit."""
+        self._push(add.entry_id, add.data, add.callback, add.ctx, add.deferred)
 
     def _push(self, entry_id: int, data, callback=None, ctx=None, d=None) -> defer.Deferred | None:
         self.length += len(data)
@@ -292,6 +297,7 @@ class WriteHandle(LedgerHandle):
 
     def _sweep_timeouts(self) -> None:
         if not self._core.pending:
+            assert self._timeout_loop is not None, "_sweep_timeouts runs only from the timeout loop"
             self._timeout_loop.stop()
             return
         for position, entry_id in self._core.expired(time.monotonic()):
@@ -334,82 +340,26 @@ class WriteHandle(LedgerHandle):
         if self._error is None:
             self._error = exc
         self._stop_loops()
-        core = self._core
-        pending_adds = list(core.pending)
-        core.pending.clear()
-        core.by_entry.clear()
-        core.release_positions((1 << core.ensemble_size) - 1)
-        for pending in pending_adds:
-            pending.complete(self._error)
+        self._core.fail_all(self._error)
         if self._throttle is not None:
-            for job in self._throttle.drop():       # partial(_push, entry_id, data, callback, ctx, d)
-                entry_id, _data, callback, ctx, d = job.args
-                if callback is not None:
-                    callback(self._error, entry_id, ctx)
+            for add in self._throttle.drop():
+                if add.callback is not None:
+                    add.callback(self._error, add.entry_id, add.ctx)
                 else:
-                    d.errback(self._error)
+                    add.deferred.errback(self._error)
         self._drained()
 
     # --- ensemble change ----------------------------------------------------------------------------
     async def _change_ensemble(self) -> None:
+        """Replace the failed bookies of the last ensemble, one metadata CAS at a time, with completions
+        held back (the segment boundary stays fixed); then send the adds queued meanwhile."""
         self._changing_ensemble = True
         core = self._core
         core.holding = True
         try:
             while self._failed_bookies and self._error is None:
-                md = self.metadata
-                first, ensemble = md.last_ensemble
-                failed = self._failed_bookies & set(ensemble)
-                self._failed_bookies -= set(self._failed_bookies) - failed
-                if not failed:
+                if not await self._replace_failed_bookies():
                     break
-                new_first = core.lac + 1
-                if core.lac != self._stuck_lac:
-                    self._stuck_lac = core.lac
-                    self._failed_while_stuck = set()
-                excluded = self._failed_while_stuck - failed
-                self._failed_while_stuck |= failed
-                try:
-                    new_ensemble = timed(self._stats.replace_bookie, _replacements, self.bk, md, ensemble, failed,
-                                         self.scope_id, excluded)
-                except BKNotEnoughBookiesException as exc:
-                    if excluded:
-                        exc = BKNotEnoughBookiesException(
-                            f"{exc}; bookies {', '.join(sorted(self._failed_while_stuck))} all failed adds "
-                            f"since entry {new_first} was sent, and none is tried twice")
-                    log.error("ledger %d: cannot replace failed bookies %s: %s", self.ledger_id, sorted(failed), exc)
-                    self._fail_handle(exc)
-                    return
-                new_md = md.with_ensemble(new_first, new_ensemble)
-                try:
-                    versioned = await self.bk.driver.write_ledger_metadata(self.ledger, new_md, self.metadata_version)
-                except BKMetadataVersionException:
-                    current = await self.bk.driver.read_ledger_metadata(self.ledger)
-                    if current.metadata.state != self._expected_state:
-                        log.warning("ledger %d: metadata changed to %s during an ensemble change; the writer stops",
-                                    self.ledger_id, current.metadata.state.name)
-                        self._fail_handle(BKLedgerFencedException(
-                            f"ledger {self.ledger_id} is {current.metadata.state.name} (fenced by a recovering "
-                            "client)"))
-                        return
-                    self.metadata, self.metadata_version = current.metadata, current.version
-                    continue
-                self.metadata, self.metadata_version = versioned.metadata, versioned.version
-                self._failed_bookies -= failed
-                self.bk.note_failed_bookies(failed)
-                self._stats.ensemble_changes.inc()
-                replaced = 0
-                for position, (old, new) in enumerate(zip(ensemble, new_ensemble, strict=True)):
-                    if old != new:
-                        replaced |= 1 << position
-                log.info("ledger %d: ensemble change at entry %d: %s -> %s", self.ledger_id, new_first,
-                         ",".join(ensemble), ",".join(new_ensemble))
-                # acks of replaced bookies no longer count; their adds go to the replacements
-                self._set_fault_domains(new_ensemble)
-                core.release_positions(replaced)
-                for pending in list(core.pending):
-                    if pending.queued:              # (adds queued during the change are sent below)
-                        core.send(pending, replaced)
         except BKError as exc:
             log.error("ledger %d: ensemble change failed: %s", self.ledger_id, exc)
             self._fail_handle(exc)
@@ -424,6 +374,83 @@ class WriteHandle(LedgerHandle):
                 if not pending.queued:
                     core.send(pending, ALL_POSITIONS)
             core.drain()
+
+    async def _replace_failed_bookies(self) -> bool:
+        """One round: replacements for the failed members of the last ensemble, CAS-written as a new
+        segment at LAC + 1. False when there is nothing more to do (none of them is in the ensemble any
+        more, or the writer stopped)."""
+        md = self.metadata
+        ensemble = md.last_ensemble[1]
+        failed = self._failed_bookies & set(ensemble)
+        self._failed_bookies -= set(self._failed_bookies) - failed
+        if not failed:
+            return False
+        new_first = self._core.lac + 1
+        new_ensemble = self._choose_replacements(md, ensemble, failed, new_first)
+        if new_ensemble is None:
+            return False
+        versioned = await self._cas_ensemble(md.with_ensemble(new_first, new_ensemble))
+        if versioned is None:                       # a stale version: again with the current metadata
+            return self._error is None
+        self.metadata, self.metadata_version = versioned.metadata, versioned.version
+        self._use_ensemble(ensemble, new_ensemble, new_first, failed)
+        return True
+
+    def _choose_replacements(self, md, ensemble, failed: set[str], new_first: int):
+        """New members for `failed`, never one that already failed an add since the LAC last moved (see
+        `_stuck_lac`); None when there are none left (the writer then stops with
+        BKNotEnoughBookiesException)."""
+        if new_first - 1 != self._stuck_lac:
+            self._stuck_lac = new_first - 1
+            self._failed_while_stuck = set()
+        excluded = self._failed_while_stuck - failed
+        self._failed_while_stuck |= failed
+        try:
+            return timed(self._stats.replace_bookie, _replacements, self.bk, md, ensemble, failed,
+                         self.scope_id, excluded)
+        except BKNotEnoughBookiesException as exc:
+            if excluded:
+                exc = BKNotEnoughBookiesException(
+                    f"{exc}; bookies {', '.join(sorted(self._failed_while_stuck))} all failed adds "
+                    f"since entry {new_first} was sent, and none is tried twice")
+            log.error("ledger %d: cannot replace failed bookies %s: %s", self.ledger_id, sorted(failed), exc)
+            self._fail_handle(exc)
+            return None
+
+    async def _cas_ensemble(self, new_md):
+        """Write `new_md` over the version this handle holds. None when that version was stale: the
+        handle then holds the current metadata, or has failed if a recovering client changed its state."""
+        try:
+            return await self.bk.driver.write_ledger_metadata(self.ledger, new_md, self.metadata_version)
+        except BKMetadataVersionException:
+            current = await self.bk.driver.read_ledger_metadata(self.ledger)
+        if current.metadata.state != self._expected_state:
+            log.warning("ledger %d: metadata changed to %s during an ensemble change; the writer stops",
+                        self.ledger_id, current.metadata.state.name)
+            self._fail_handle(BKLedgerFencedException(
+                f"ledger {self.ledger_id} is {current.metadata.state.name} (fenced by a recovering client)"))
+            return None
+        self.metadata, self.metadata_version = current.metadata, current.version
+        return None
+
+    def _use_ensemble(self, ensemble, new_ensemble, new_first: int, failed: set[str]) -> None:
+        """The new segment is in the metadata: acks of replaced bookies no longer count, and the adds
+        sent to them go to their replacements (adds queued during the change are sent after it)."""
+        self._failed_bookies -= failed
+        self.bk.note_failed_bookies(failed)
+        self._stats.ensemble_changes.inc()
+        replaced = 0
+        for position, (old, new) in enumerate(zip(ensemble, new_ensemble, strict=True)):
+            if old != new:
+                replaced |= 1 << position
+        log.info("ledger %d: ensemble change at entry %d: %s -> %s", self.ledger_id, new_first,
+                 ",".join(ensemble), ",".join(new_ensemble))
+        self._set_fault_domains(new_ensemble)
+        core = self._core
+        core.release_positions(replaced)
+        for pending in list(core.pending):
+            if pending.queued:
+                core.send(pending, replaced)
 
     # --- LAC, force, close --------------------------------------------------------------------------
     def _write_explicit_lac(self) -> None:
@@ -446,7 +473,7 @@ class WriteHandle(LedgerHandle):
     def _wait_drained(self) -> defer.Deferred:
         if not self.pending_adds or self._error is not None:
             return defer.succeed(None)
-        waiter = defer.Deferred()
+        waiter: defer.Deferred[None] = defer.Deferred()
         self._drained_waiters.append(waiter)
         return waiter
 
@@ -516,7 +543,7 @@ class WriteHandleAdv(WriteHandle):
         if not isinstance(entry_id, int) or entry_id < 0:
             return BKIncorrectParameterException(f"ledger {self.ledger_id}: bad entry id {entry_id!r}")
         if entry_id <= self.last_add_confirmed or entry_id in self._core.by_entry or (
-                self._throttle is not None and any(job.args[0] == entry_id for job in self._throttle.waiting)):
+                self._throttle is not None and entry_id in self._throttle):
             return BKDuplicateEntryIdException(f"ledger {self.ledger_id}: entry {entry_id} was already added")
         return None
 
@@ -525,9 +552,11 @@ class WriteHandleAdv(WriteHandle):
         if refused is not None:
             return defer.fail(refused)
         self.last_add_pushed = max(self.last_add_pushed, entry_id)
-        return self._throttled_push(entry_id, data, None, None)
+        d = self._throttled_push(entry_id, data, None, None)
+        assert d is not None, "an add without a callback has a Deferred"
+        return d
 
-    append = add_entry
+    append = add_entry  # type: ignore[assignment]  # as add_entry: the caller gives the entry id
 
     def async_add_entry(self, entry_id: int, data, callback, ctx=None) -> None:  # type: ignore[override]
         """Java's LedgerHandleAdv.asyncAddEntry(entryId, data, cb, ctx): callback(error, entry_id, ctx)."""

@@ -106,8 +106,10 @@ def _fitting_rows(vlen: pa.Array, klen: pa.Array | None, a: int, m: int, limit: 
         if encoded_size(m, vbytes, kbytes, klen is not None) <= limit:
             return m
         if m == 1:
-            raise record_error(vbytes, kbytes if klen is not None else None, max_frame_size,
-                               f"record (row {base_index + a} of the task)")
+            error = record_error(vbytes, kbytes if klen is not None else None, max_frame_size,
+                                 f"record (row {base_index + a} of the task)")
+            assert error is not None, "one record that does not fit: record_error says so"
+            raise error
         m //= 2
 
 

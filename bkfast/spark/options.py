@@ -125,16 +125,17 @@ def parse_options(options) -> SourceOptions:
     except Exception as e:
         raise BkfastSparkError(f"bkfast: {e}") from None
     password = opts.get("password", "")
-    e, w, a = (_int(opts, "ensembleSize", 3, 1), _int(opts, "writeQuorumSize", 2, 1), _int(opts, "ackQuorumSize", 2, 1))
-    if not e >= w >= a:
-        raise BkfastSparkError(f"bkfast: need ensembleSize >= writeQuorumSize >= ackQuorumSize, got {e}/{w}/{a}")
+    ens, w, a = (_int(opts, "ensembleSize", 3, 1), _int(opts, "writeQuorumSize", 2, 1),
+                 _int(opts, "ackQuorumSize", 2, 1))
+    if not ens >= w >= a:
+        raise BkfastSparkError(f"bkfast: need ensembleSize >= writeQuorumSize >= ackQuorumSize, got {ens}/{w}/{a}")
     return SourceOptions(
         metadata_uri=uri, stream=stream, password=password.encode() if isinstance(password, str) else password,
         starting=_position(opts, "startingPositions", "earliest"),
         ending=_position(opts, "endingPositions", "latest"),
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 2000, 1),
         max_records_per_trigger=_int(opts, "maxRecordsPerTrigger", 0, 0),
-        ensemble_size=e, write_quorum=w, ack_quorum=a,
+        ensemble_size=ens, write_quorum=w, ack_quorum=a,
         write_id=str(opts.get("writeid", "")),
         create_stream=_bool(opts, "createStream"),
         truncate_on_commit=_bool(opts, "truncateOnCommit"),

@@ -202,6 +202,7 @@ class DecodedBatch:
             return [None] * (self.count - first)
         offs = self.key_offsets()
         bits = self.key_bitmap()
+        assert offs is not None and bits is not None, "has_keys"
         data = self.payload[self.kdata_at:self.kdata_at + self.klen]
         present = [(bits[i >> 3] >> (i & 7)) & 1 for i in range(first, self.count)]
         out = [data[a:b] for a, b in zip(islice(offs, first, None), islice(offs, first + 1, None), strict=False)]

@@ -17,19 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bkfast.client.blocking import DEFAULT_TIMEOUT_S
-from bkfast.reactor import call, start_reactor_thread, submit
+from bkfast.client.blocking import DEFAULT_TIMEOUT_S, ClosedOnExit, call_in_reactor
+from bkfast.reactor import start_reactor_thread, submit
 
 from .position import EARLIEST
 
 __all__ = ["Namespace", "StreamWriter", "StreamReader"]
 
 
-def _wait(timeout, fn, *args, **kwargs):
-    return call(fn, *args, timeout=timeout, **kwargs)
-
-
-class StreamWriter:
+class StreamWriter(ClosedOnExit):
     def __init__(self, writer, timeout: float):
         self._w = writer
         self._timeout = timeout
@@ -48,22 +44,16 @@ class StreamWriter:
 
     def write_many(self, values, keys=None, timestamps=None):
         """Append many records and wait; returns the DLSN of the last one."""
-        return _wait(self._timeout, self._w.write_many, list(values), keys, timestamps)
+        return call_in_reactor(self._timeout, self._w.write_many, list(values), keys, timestamps)
 
     def flush(self):
-        return _wait(self._timeout, self._w.flush)
+        return call_in_reactor(self._timeout, self._w.flush)
 
     def close(self) -> None:
-        _wait(self._timeout, self._w.close)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        call_in_reactor(self._timeout, self._w.close)
 
 
-class StreamReader:
+class StreamReader(ClosedOnExit):
     def __init__(self, reader, timeout: float):
         self._r = reader
         self._timeout = timeout
@@ -74,10 +64,10 @@ class StreamReader:
         return self._r.position
 
     def read(self, max_records: int = 1000, timeout_ms: int = 0) -> list:
-        return _wait(self._timeout + timeout_ms / 1000.0, self._r.read, max_records, timeout_ms)
+        return call_in_reactor(self._timeout + timeout_ms / 1000.0, self._r.read, max_records, timeout_ms)
 
     def read_entries(self, max_entries: int | None = None, timeout_ms: int = 0) -> list:
-        return _wait(self._timeout + timeout_ms / 1000.0, self._r.read_entries, max_entries, timeout_ms)
+        return call_in_reactor(self._timeout + timeout_ms / 1000.0, self._r.read_entries, max_entries, timeout_ms)
 
     def tail(self, poll_ms: int = 1000, stop_at_end: bool = False) -> Iterator:
         """Yield records as they arrive; with `stop_at_end`, stop at the first moment nothing is left."""
@@ -88,16 +78,10 @@ class StreamReader:
             yield from records
 
     def close(self) -> None:
-        _wait(self._timeout, self._r.close)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        call_in_reactor(self._timeout, self._r.close)
 
 
-class Namespace:
+class Namespace(ClosedOnExit):
     """Blocking namespace: ``Namespace(metadata_uri, **client conf)``, or ``Namespace(bk=BookKeeper(...))``."""
 
     def __init__(self, metadata_uri: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, bk=None, **conf):
@@ -108,14 +92,14 @@ class Namespace:
         if bk is not None:
             self._ns = AsyncNamespace(bk.async_client)
         else:
-            self._ns = _wait(timeout, AsyncNamespace.connect, metadata_uri, None, **conf)
+            self._ns = call_in_reactor(timeout, AsyncNamespace.connect, metadata_uri, None, **conf)
 
     @property
     def async_namespace(self):
         return self._ns
 
     def _call(self, fn, *args, **kwargs):
-        return _wait(self._timeout, fn, *args, **kwargs)
+        return call_in_reactor(self._timeout, fn, *args, **kwargs)
 
     def create_stream(self, name: str, retention_ms: int = 0, retention_bytes: int = 0, properties=None):
         return self._call(self._ns.create_stream, name, retention_ms, retention_bytes, properties)
@@ -153,9 +137,3 @@ class Namespace:
 
     def close(self) -> None:
         self._call(self._ns.close)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -40,5 +40,7 @@ def check_records(max_frame_size: int, values, keys=None) -> None:
         key = keys[i] if keys is not None else None
         key_bytes = len(key) if key is not None else None
         if encoded_size(1, len(value), key_bytes or 0, key is not None) > limit:
-            raise record_error(len(value), key_bytes, max_frame_size,
-                               "record" if n == 1 else f"record {i} (of {n})")
+            error = record_error(len(value), key_bytes, max_frame_size,
+                                 "record" if n == 1 else f"record {i} (of {n})")
+            assert error is not None, "the record does not fit: record_error says so"
+            raise error

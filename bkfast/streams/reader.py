@@ -17,12 +17,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from bkfast.errors import BKNoSuchLedgerExistsException, StreamError
 
 from .batch import DecodedBatch
 from .position import DLSN, EARLIEST, LATEST
+
+if TYPE_CHECKING:
+    from bkfast.client.handle import LedgerHandle
+    from bkfast.meta.streams import Segment, StreamMetadata
 
 __all__ = ["AsyncStreamReader", "Record", "StreamEntry", "resolve_start"]
 
@@ -93,15 +97,17 @@ class AsyncStreamReader:
         self._password = password
         self._max_entries = max_entries_per_read
         self._poll_ms = poll_ms
-        self._md = None
-        self._lh = None                # handle of the segment at self.position.segment
-        self._seg = None
+        self._md: StreamMetadata | None = None
+        self._lh: LedgerHandle | None = None   # handle of the segment at self.position.segment
+        self._seg: Segment | None = None
         self._closed = False
 
-    async def _refresh(self) -> None:
-        self._md = (await self.ns.driver.read_stream(self.name)).metadata
+    async def _refresh(self) -> StreamMetadata:
+        self._md = md = (await self.ns.driver.read_stream(self.name)).metadata
+        return md
 
     def _segment_at_or_after(self, seq: int):
+        assert self._md is not None, "read_entries reads the metadata first"
         for seg in self._md.segments:
             if seg.seq >= seq:
                 return seg
@@ -130,8 +136,8 @@ class AsyncStreamReader:
                     self._lh = await self.bk.open_ledger(seg.ledger, self._password, recovery=False,
                                                          scope_id=seg.scope)
                 except BKNoSuchLedgerExistsException:            # truncated while we looked
-                    await self._refresh()
-                    if self._md.segment(seg.seq) is None:
+                    md = await self._refresh()
+                    if md.segment(seg.seq) is None:
                         continue
                     raise
             lh = self._lh
@@ -144,8 +150,10 @@ class AsyncStreamReader:
                 self._next_segment()
                 continue
             # caught up on an open segment: has it been sealed meanwhile?
-            sealed = self._md.segment(self._seg.seq)
-            if sealed is None or not sealed.is_open or self._md.segments[-1].seq != self._seg.seq:
+            known, current = self._md, self._seg
+            assert known is not None and current is not None, "read at start / set with self._lh"
+            sealed = known.segment(current.seq)
+            if sealed is None or not sealed.is_open or known.segments[-1].seq != current.seq:
                 await lh.refresh_metadata()
                 if lh.is_closed:
                     continue
@@ -159,21 +167,23 @@ class AsyncStreamReader:
 
     def _next_segment(self) -> None:
         self._lh = None
+        assert self._seg is not None, "set with self._lh"
         self.position = DLSN(self._seg.seq + 1, 0, 0)
 
     async def _wait(self, deadline: float, refresh: bool) -> bool:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        from .writer import _sleep
+        from twisted.internet import task
 
-        await _sleep(self.bk.reactor, min(remaining, self._poll_ms / 1000.0, 0.2))
+        await task.deferLater(self.bk.reactor, min(remaining, self._poll_ms / 1000.0, 0.2), lambda: None)
         if refresh:
             await self._refresh()
         return True
 
     def _deliver(self, entries) -> list[StreamEntry]:
         out = []
+        assert self._seg is not None, "entries are read from the segment of self._lh"
         seq = self._seg.seq
         pos = self.position
         for e in entries:

@@ -73,7 +73,7 @@ class RollGuard:
         delay = max(backoff, rate)
         if delay <= 0:
             return defer.succeed(None)
-        d = defer.Deferred()
+        d: defer.Deferred[None] = defer.Deferred()
         self._sleep = (self.reactor.callLater(delay, self._woke, d), d, rate > 0)
         return d
 

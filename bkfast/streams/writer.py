@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 
 from bkfast.errors import StreamError, StreamFencedError, StreamWriterStoppedError
 
@@ -39,6 +40,10 @@ from .limits import check_records, max_batch_payload, record_error
 from .meta_ops import delete_ledgers, now_ms, retention_cut, sealed_from_ledger, update_stream, without_segments
 from .position import DLSN
 from .roll_guard import RollGuard
+
+if TYPE_CHECKING:
+    from bkfast.client.write_handle import WriteHandle
+    from bkfast.meta.streams import Segment
 
 __all__ = ["AsyncStreamWriter", "WriterOptions"]
 
@@ -100,8 +105,8 @@ class AsyncStreamWriter:
         self.name = name
         self.opts = options
         self.epoch = 0
-        self._lh = None
-        self._seg = None                   # the open Segment this writer appends to
+        self._lh: WriteHandle | None = None
+        self._seg: Segment | None = None   # the open Segment this writer appends to
         self._seg_records = 0
         self._seg_bytes = 0
         self._seg_first_ts = 0
@@ -190,7 +195,7 @@ class AsyncStreamWriter:
         if b.values and self._outgrows(b, 1, vlen, klen or 0, key is not None):
             self._seal_current()
             b = self._cur
-        d = defer.Deferred()
+        d: defer.Deferred[DLSN] = defer.Deferred()
         b.waiters.append((len(b.values), d))
         self._add(b, value, key, timestamp)
         return d
@@ -215,7 +220,7 @@ class AsyncStreamWriter:
         n = len(values)
         ts = now_ms()
         i = 0
-        d = None
+        d: defer.Deferred[DLSN] | None = None
         while i < n:
             b = self._cur
             room_n = self.opts.max_batch_records - len(b.values)
@@ -251,6 +256,7 @@ class AsyncStreamWriter:
                 d = defer.Deferred()
                 b.waiters.append((len(b.values) - 1, d))
             self._after_add(b)
+        assert d is not None, "the loop ends with j == n: values is not empty"
         return d
 
     def _add(self, b: _Batch, value, key, timestamp) -> None:
@@ -299,6 +305,7 @@ class AsyncStreamWriter:
             self._send(b)
 
     def _send(self, b: _Batch) -> None:
+        assert self._seg is not None and self._lh is not None, "batches are sent only into an open segment"
         b.seq = self._seg.seq
         b.payload = encode_batch(b.values, b.keys, b.ts, self._seg_records)
         self._seg_records += len(b.values)
@@ -349,7 +356,7 @@ class AsyncStreamWriter:
         self.last_position = DLSN(seq, entry, len(b.values) - 1)
         for slot, d in b.waiters:
             d.callback(DLSN(seq, entry, slot))
-        b.waiters = b.values = b.payload = None
+        b.waiters = b.values = b.payload = None  # type: ignore[assignment]  # done: let go of the records
 
     def _roll_due(self) -> bool:
         o = self.opts
@@ -365,44 +372,66 @@ class AsyncStreamWriter:
         d.addErrback(self._fail)
 
     async def _roll(self, error) -> None:
+        """Seal the current segment (closed, or recovered after `error`) and go on in a new one."""
         old_seg, old_lh = self._seg, self._lh
+        sealed = None
         if error is None:
             while self._inflight:                         # completions pop them; wait for the tail
-                await _sleep(self.reactor, 0.001)
+                await task.deferLater(self.reactor, 0.001, lambda: None)
                 if self._error is not None:
                     return
             try:
+                assert old_lh is not None, "a writer rolls only from an open segment"
                 await old_lh.close()
-                sealed = old_seg.replace(state="sealed", last_entry=old_lh.last_add_confirmed,
-                                         records=self._seg_records, bytes=old_lh.length,
-                                         first_ts=self._seg_first_ts, last_ts=self._seg_last_ts)
+                sealed = self._sealed(old_seg, old_lh)
             except Exception as e:                        # e.g. fenced by a new writer while closing
                 error = e
         if error is not None:
-            if await self._epoch_changed():
-                raise StreamFencedError(f"stream {self.name!r}: another writer took over (epoch > {self.epoch})")
-            log.warning("stream %s: segment %d (ledger %d) failed: %s; recovering it and rolling", self.name,
-                        old_seg.seq, old_lh.ledger_id, error)
-            sealed = await sealed_from_ledger(self.bk, old_seg, self.opts.password)
-            self._lh = None                               # ignore the failed handle's callbacks from now on
-            kept = [b for b in self._inflight if 0 <= b.entry_id <= sealed.last_entry]
-            lost = [b for b in self._inflight if b not in kept]
-            if kept:
-                self._guard.succeeded()
-            for b in kept:                                # recovery kept them: acknowledged in place
-                self._complete(b)
-            self._inflight.clear()
-            self._queued.extendleft(reversed(lost))
-            if not self._guard.may_roll():
-                try:                                      # the stream is left with no open segment
-                    await self._seal_in_metadata(old_seg.seq, sealed)
-                except Exception as e:
-                    log.warning("stream %s: could not seal failed segment %d: %s", self.name, old_seg.seq, e)
-                raise StreamWriterStoppedError(
-                    f"stream {self.name!r}: writer stopped: {self._guard.failed_rolls} segments failed in a row "
-                    f"with no write acknowledged (max_failed_rolls={self.opts.max_failed_rolls}); the last, on "
-                    f"ledger {old_lh.ledger_id}, failed with: {error}")
+            sealed = await self._recover_failed_segment(old_seg, old_lh, error)
         await self._guard.wait_before_new_segment(failed=error is not None)
+        await self._open_next_segment(old_seg, sealed)
+        self._rolling = False
+        self._pump()
+        self._check_flushed()
+
+    def _sealed(self, seg, lh):
+        """`seg` as sealed once its ledger `lh` is closed by this writer."""
+        return seg.replace(state="sealed", last_entry=lh.last_add_confirmed, records=self._seg_records,
+                           bytes=lh.length, first_ts=self._seg_first_ts, last_ts=self._seg_last_ts)
+
+    async def _recover_failed_segment(self, old_seg, old_lh, error):
+        """The segment's ledger failed: recover it (the sealed segment is what recovery kept). In-flight
+        batches it kept are acknowledged in place, the others queue again for the next segment. Raises
+        StreamFencedError if another writer took over, StreamWriterStoppedError when the roll guard says
+        no more segments."""
+        if await self._epoch_changed():
+            raise StreamFencedError(f"stream {self.name!r}: another writer took over (epoch > {self.epoch})")
+        log.warning("stream %s: segment %d (ledger %d) failed: %s; recovering it and rolling", self.name,
+                    old_seg.seq, old_lh.ledger_id, error)
+        sealed = await sealed_from_ledger(self.bk, old_seg, self.opts.password)
+        self._lh = None                                   # ignore the failed handle's callbacks from now on
+        kept = [b for b in self._inflight if 0 <= b.entry_id <= sealed.last_entry]
+        lost = [b for b in self._inflight if b not in kept]
+        if kept:
+            self._guard.succeeded()
+        for b in kept:
+            self._complete(b)
+        self._inflight.clear()
+        self._queued.extendleft(reversed(lost))
+        if not self._guard.may_roll():
+            try:                                          # the stream is left with no open segment
+                await self._seal_in_metadata(old_seg.seq, sealed)
+            except Exception as e:
+                log.warning("stream %s: could not seal failed segment %d: %s", self.name, old_seg.seq, e)
+            raise StreamWriterStoppedError(
+                f"stream {self.name!r}: writer stopped: {self._guard.failed_rolls} segments failed in a row "
+                f"with no write acknowledged (max_failed_rolls={self.opts.max_failed_rolls}); the last, on "
+                f"ledger {old_lh.ledger_id}, failed with: {error}")
+        return sealed
+
+    async def _open_next_segment(self, old_seg, sealed) -> None:
+        """One CAS, conditional on this writer's epoch: `old_seg` replaced by `sealed`, a new open segment
+        on a new ledger appended, and what retention removes dropped (its ledgers deleted after the CAS)."""
         lh = await self._new_ledger()
         epoch = self.epoch
         seg_holder = {}
@@ -427,10 +456,7 @@ class AsyncStreamWriter:
         self._start_segment(seg_holder["seg"], lh)
         if seg_holder["cut"]:
             await delete_ledgers(self.bk, seg_holder["cut"])
-        log.info("stream %s: rolled to segment %d (ledger %d)", self.name, self._seg.seq, lh.ledger_id)
-        self._rolling = False
-        self._pump()
-        self._check_flushed()
+        log.info("stream %s: rolled to segment %d (ledger %d)", self.name, seg_holder["seg"].seq, lh.ledger_id)
 
     async def _epoch_changed(self) -> bool:
         try:
@@ -457,7 +483,7 @@ class AsyncStreamWriter:
     def flush(self) -> defer.Deferred:
         """Send the current batch and wait until every record written so far is acknowledged."""
         self._seal_current()
-        d = defer.Deferred()
+        d: defer.Deferred[None] = defer.Deferred()
         self._flush_waiters.append(d)
         self._check_flushed()
         return d
@@ -495,10 +521,10 @@ class AsyncStreamWriter:
         if self._error is not None or self._lh is None:
             return
         lh, seg = self._lh, self._seg
+        assert seg is not None, "set with self._lh"
         self._closing = True
         await lh.close()
-        sealed = seg.replace(state="sealed", last_entry=lh.last_add_confirmed, records=self._seg_records,
-                             bytes=lh.length, first_ts=self._seg_first_ts, last_ts=self._seg_last_ts)
+        sealed = self._sealed(seg, lh)
         await self._seal_in_metadata(seg.seq, sealed)
         log.info("stream %s: writer closed; segment %d sealed at entry %d", self.name, seg.seq, sealed.last_entry)
 
@@ -522,9 +548,3 @@ async def _discard(bk, lh) -> None:
         await bk.delete_ledger(lh.ledger_id, lh.scope_id)
     except Exception as e:
         log.warning("could not delete unused ledger %d: %s", lh.ledger_id, e)
-
-
-def _sleep(reactor, seconds: float) -> defer.Deferred:
-    d = defer.Deferred()
-    reactor.callLater(seconds, d.callback, None)
-    return d

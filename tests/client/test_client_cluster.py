@@ -20,20 +20,14 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
 )
 from bkfast.meta.ledger_metadata import LedgerState
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 
 pytestmark = pytest.mark.zookeeper
 
 PASSWORD = b"client-tests"
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("cluster"), bookies=5)
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = cluster_fixture(bookies=5)
 
 
 @pytest.fixture
@@ -357,6 +351,40 @@ def test_throttle_holds_adds_back_and_close_waits_for_them(running):
         assert done == [(None, i, i) for i in range(40)]
         assert lh.last_add_confirmed == 39
         assert bk.get_ledger_metadata(lh.ledger_id).last_entry_id == 39
+
+def test_throttled_adv_handle_refuses_waiting_duplicates_and_fencing_fails_the_waiting_adds(running):
+    """throttle=1: of entries 1, 2, 3 of a fenced ledger only 1 is sent; 2 and 3 wait for permits. A second
+    add of 1 (sent) or 2 (waiting) is refused as a duplicate; the bookie's fenced answer to 1 fails 1 and
+    the adds still waiting, each with BKLedgerFencedException (callback or Deferred, as it was added)."""
+    from twisted.internet import defer
+
+    from bkfast.errors import BKDuplicateEntryIdException
+    from tests.reactor_thread import call
+
+    with _client(running, throttle=1) as bk, _client(running) as recover_bk:
+        lh = bk.create_ledger_adv(3, 2, 2, password=PASSWORD)
+        handle = lh.async_handle
+        lh.add_entry(0, b"adv-0")
+        time.sleep(1.1)                          # entry 1's permit is there when it is added
+        recover_bk.open_ledger(lh.ledger_id, PASSWORD, recovery=True)
+        called_back: list[tuple] = []
+
+        def issue():
+            outcomes = [handle.add_entry(i, b"adv-%d" % i) for i in (1, 2)]
+            handle.async_add_entry(3, b"adv-3", lambda err, e, ctx: called_back.append((type(err), e, ctx)), "c")
+            waiting = handle.pending_adds
+            outcomes += [handle.add_entry(1, b"again"), handle.add_entry(2, b"again")]
+            return waiting, defer.DeferredList(outcomes, consumeErrors=True)
+
+        waiting, outcomes = call(issue)
+        assert waiting == 3
+        results = call(lambda: outcomes)
+        errors = [type(failure.value) for ok, failure in results if not ok]
+        assert errors == [BKLedgerFencedException, BKLedgerFencedException,
+                          BKDuplicateEntryIdException, BKDuplicateEntryIdException], errors
+        assert called_back == [(BKLedgerFencedException, 3, "c")]
+        assert handle.pending_adds == 0
+
 
 @contextlib.contextmanager
 def _first_replica_frozen(running, bk, prefix: bytes):

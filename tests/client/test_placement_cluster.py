@@ -18,14 +18,16 @@ from bkfast.client.reads import _reordered_write_sets
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import PlacementPolicyError
 from bkfast.meta.rack_table import rack_table_path, serialize_rack_table, update_rack_table, with_bookie
+from bkfast.meta.underreplication import PLACEMENT_POLICY_CHECK_CTIME
+from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
 from bkfast.reactor import call
 from bkfast.replication.auditor import Auditor
 from bkfast.replication.rereplicate import OK
 from bkfast.replication.stats import ReplicationStats
 from bkfast.replication.worker import ReplicationWorker
-from bkfast.replication.zk_urm import PLACEMENT_POLICY_CHECK_CTIME, UnderReplicationManager
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 from tests.replication_support import admin_request, check_replicas, shell, shell_json
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.zookeeper
 
@@ -34,17 +36,6 @@ PULSAR_MAPPING = "org.apache.pulsar.bookie.rackawareness.BookieRackAffinityMappi
 RACKS = ("/rack-a", "/rack-a", "/rack-b", "/rack-b", "/rack-c", "/rack-c")
 RACK_AWARE = {"ensemblePlacementPolicy": "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
               "reppDnsResolverClass": PULSAR_MAPPING, "enforceMinNumRacksPerWriteQuorum": True}
-
-
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("racks"), bookies=6, httpServerEnabled="true",
-                httpServerPort="0")
-    try:
-        set_table(c, dict(zip((b.bookie_id for b in c.bookies), RACKS, strict=True)))
-        yield c
-    finally:
-        c.stop()
 
 
 def set_table(cluster, racks: dict[str, str]) -> None:
@@ -58,18 +49,14 @@ def rack_of(cluster) -> dict[str, str]:
     return dict(zip((b.bookie_id for b in cluster.bookies), RACKS, strict=True))
 
 
+cluster = cluster_fixture(bookies=6, httpServerEnabled="true", httpServerPort="0",
+                          prepare=lambda started: set_table(started, rack_of(started)))
+
+
 def covers(ensemble, w, racks) -> bool:
     n = len(ensemble)
     starts = range(1) if w >= n else range(n)
     return all(len({racks[ensemble[(s + j) % n]] for j in range(w)}) >= min(w, 2) for s in starts)
-
-
-def wait(what, predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def test_shell_keeps_the_rack_table_in_pulsars_format(cluster):
@@ -137,15 +124,15 @@ def test_a_running_client_follows_table_changes_and_enforcement_fails_in_one_lin
         assert covers(bk.create_ledger(3, 2, 2, password=PASSWORD).metadata.ensembles[0][1], 2, rack_of(cluster))
         set_table(cluster, {b: ("/rack-a" if i < 3 else "/rack-b") for i, b in enumerate(ids)})
         placement = bk.async_client.placement
-        wait("the client to see two racks", lambda: placement.topology.location(ids[5]) == "/rack-b"
-             and placement.topology.location(ids[2]) == "/rack-a")
+        wait_until("the client to see two racks", lambda: placement.topology.location(ids[5]) == "/rack-b"
+                   and placement.topology.location(ids[2]) == "/rack-a", 60)
         with pytest.raises(PlacementPolicyError) as err:
             bk.create_ledger(3, 2, 2, password=PASSWORD)
         assert "every write quorum on 2 racks" in str(err.value) and "\n" not in str(err.value)
         assert covers(bk.create_ledger(4, 2, 2, password=PASSWORD).metadata.ensembles[0][1], 2,
                       {b: placement.topology.location(b) for b in ids})
         set_table(cluster, rack_of(cluster))
-        wait("the three racks back", lambda: placement.topology.location(ids[2]) == "/rack-b")
+        wait_until("the three racks back", lambda: placement.topology.location(ids[2]) == "/rack-b", 60)
         bk.create_ledger(3, 2, 2, password=PASSWORD).close()
 
 
@@ -167,8 +154,11 @@ def test_acknowledgements_must_come_from_two_racks_with_enforce_min_num_fault_do
                 os.kill(lonely.pid, signal.SIGSTOP)
                 try:
                     d = lh.add_entry_async(b"racks")
-                    time.sleep(1.5)                    # the two bookies of /rack-a have acknowledged long since
-                    assert d.done() is completes_while_paused, rule
+                    if completes_while_paused:
+                        wait_until("the add acknowledged by the two bookies of /rack-a alone", d.done, 30)
+                    else:
+                        time.sleep(1.5)                # the two bookies of /rack-a have acknowledged long since
+                        assert not d.done(), rule
                 finally:
                     os.kill(lonely.pid, signal.SIGCONT)
                 assert d.wait(30) == 1
@@ -195,7 +185,7 @@ def test_reads_go_to_the_clients_rack_first_with_reorder_read_sequence(cluster):
 def test_disk_weights_come_from_every_bookies_free_space(cluster):
     with BookKeeper(cluster.metadata_uri, timeout=60, diskWeightBasedPlacementEnabled=True, **RACK_AWARE) as bk:
         client = bk.async_client
-        wait("a round of GET_BOOKIE_INFO", lambda: client._disk_weights.rounds > 0)
+        wait_until("a round of GET_BOOKIE_INFO", lambda: client._disk_weights.rounds > 0, 60)
         weights = client.placement.weights
         assert set(weights) == {b.bookie_id for b in cluster.bookies}
         assert all(w > 0 for w in weights.values())
@@ -204,7 +194,7 @@ def test_disk_weights_come_from_every_bookies_free_space(cluster):
 
 def test_auditor_counts_ledgers_that_break_the_policy_and_workers_repair_them(cluster, tmp_path):
     racks = rack_of(cluster)
-    urm = UnderReplicationManager(cluster.zk, cluster.root)
+    urm = ZkUnderReplicationManager(cluster.zk, cluster.root)
     with BookKeeper(cluster.metadata_uri, timeout=60,
                     ensemblePlacementPolicy="org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy") as rnd:
         for lid in rnd.list_ledgers():

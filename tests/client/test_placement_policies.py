@@ -395,8 +395,9 @@ def test_the_add_tracker_completes_an_add_once_its_acks_span_the_fault_domains()
     """enforceMinNumFaultDomainsForWrite in the write path's AddTracker (Cython): AQ acks from one rack do not
     complete an add; an ack from another rack does; a write quorum all in one rack completes once all of it
     acknowledged (no other ack can come)."""
-    from bkfast._clientpath import AddTracker, PendingAdd
     from twisted.internet import defer
+
+    from bkfast._clientpath import AddTracker, PendingAdd
 
     done: list[int] = []
     tracker = AddTracker(3, 3, 2, -1, 0, False, False, 0.0, lambda pos: None, lambda p, pos: None, lambda e: b"",

@@ -322,9 +322,16 @@ def test_stream_tail_command_prints_records_as_they_arrive(ns, cluster):
         w = ns.open_writer(name, linger_ms=1)
         for i in range(3):
             w.write(f"early-{i}".encode()).wait(30)
-        time.sleep(1.0)                              # the tail is now waiting on a long poll
+        # the tail has printed every record written so far: the late ones it can only get by following
+        watchdog = threading.Timer(60, proc.kill)   # a tail that prints nothing must not hang the test
+        watchdog.start()
+        try:
+            early_lines = [proc.stdout.readline() for _ in range(3)]
+        finally:
+            watchdog.cancel()
         w.write_many([f"late-{i}".encode() for i in range(3)])
         out, err = proc.communicate(timeout=60)      # --max 6: exits after the sixth record
+        out = "".join(early_lines) + out
         w.close()
     finally:
         if proc.poll() is None:
