@@ -30,7 +30,7 @@ from bkfast.conf_keys import (  # the key table; re-exported: bkfast.conf is whe
     SERVER_KEYS,
     TLS_KEYS,
     Key,
-    _MiB,
+    MiB,
     is_secret_key,
     system_max_backlog,
 )
@@ -636,7 +636,7 @@ class ServerConfiguration(_PlacementSettings, Configuration):
         align = get("journalAlignmentSize")
         if align % 512:
             problems.append(f"journalAlignmentSize: {align} is not a multiple of 512")
-        if align > get("journalPreAllocSizeMB") * _MiB:
+        if align > get("journalPreAllocSizeMB") * MiB:
             problems.append(
                 f"journalPreAllocSizeMB: {get('journalPreAllocSizeMB')} MB is smaller than "
                 f"journalAlignmentSize ({align} bytes)"

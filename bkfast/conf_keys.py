@@ -15,8 +15,8 @@ from typing import Any
 # A Configuration (bkfast.conf, which builds on this table): what `derive` functions are handed.
 Configuration = Any
 
-_MiB = 1024 * 1024
-_GiB = 1024 * _MiB
+MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 def _default_db_storage_cache_mb() -> int:
@@ -28,8 +28,8 @@ def _default_db_storage_cache_mb() -> int:
     except (AttributeError, ValueError, OSError):
         physical = 0
     if physical <= 0:
-        physical = 4 * _GiB
-    return max(1, min(physical, 4 * _GiB) // 4 // _MiB)
+        physical = 4 * GiB
+    return max(1, min(physical, 4 * GiB) // 4 // MiB)
 
 
 DEFAULT_DB_STORAGE_CACHE_MB = _default_db_storage_cache_mb()
@@ -347,7 +347,7 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + PLACEMENT_KEYS + (
         "bkfast: read-only admin endpoints (/heartbeat, /metrics, GETs) need no authentication"),
     Key("httpServerMaxRequestBodyBytes", int, 64 * 1024,
         "bkfast: largest admin request body; a larger declared body is refused (413) before it is read, "
-        "and a body needing credentials it lacks is refused (401) before it is read", min=0, max=64 * _MiB),
+        "and a body needing credentials it lacks is refused (401) before it is read", min=0, max=64 * MiB),
     Key("httpServerMaxConcurrentRequests", int, 2,
         "bkfast: admin API requests handled at once (the rest wait in a queue): bounds the CPU an admin "
         "request flood takes from the data path", min=1, max=64),

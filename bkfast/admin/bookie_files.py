@@ -18,6 +18,7 @@ from bkfast.codec import peek_entry_ids
 from .common import AdminError, LedgerRef, Progress
 from .storage_access import (
     EntryLogger,
+    EntryLoggerSettings,
     RecordKind,
     journal_index_for,
     list_journal_ids,
@@ -77,17 +78,24 @@ def _parse_number(text: str, what: str) -> int:
     raise AdminError(f"{what} {text!r} is neither a number (decimal, or hex with 0x) nor an existing file")
 
 
-def _journal_location(conf, ref: str) -> tuple[str, int]:
+def _file_location(ref: str, kind: str, a_file: str, suffix: str, dirs: list[str], holds) -> tuple[str, int]:
+    """(directory, id) of a journal or entry log named by its path or by its id (decimal or 0x-hex), the
+    id looked up in `dirs` with `holds(directory, id)`. `kind` and `a_file` name it in errors."""
     path = Path(ref)
     if path.is_file():
-        if path.suffix != ".txn":
-            raise AdminError(f"{ref} is not a journal file (<hex id>.txn)")
-        return str(path.parent.parent), _parse_number("0x" + path.stem, "journal file name")
-    journal_id = _parse_number(ref, "journal id")
-    for d in journal_dirs(conf):
-        if journal_id in list_journal_ids(d):
-            return d, journal_id
-    raise AdminError(f"no journal {journal_id} ({journal_id:x}.txn) in {', '.join(journal_dirs(conf))}")
+        if path.suffix != suffix:
+            raise AdminError(f"{ref} is not {a_file} (<hex id>{suffix})")
+        return str(path.parent.parent), _parse_number("0x" + path.stem, f"{kind} file name")
+    file_id = _parse_number(ref, f"{kind} id")
+    for d in dirs:
+        if holds(d, file_id):
+            return d, file_id
+    raise AdminError(f"no {kind} {file_id} ({file_id:x}{suffix}) in {', '.join(dirs)}")
+
+
+def _journal_location(conf, ref: str) -> tuple[str, int]:
+    return _file_location(ref, "journal", "a journal file", ".txn", journal_dirs(conf),
+                          lambda d, journal_id: journal_id in list_journal_ids(d))
 
 
 def read_journal(conf, ref: str, with_data: bool = False) -> Iterator[dict]:
@@ -104,16 +112,8 @@ def read_journal(conf, ref: str, with_data: bool = False) -> Iterator[dict]:
 
 
 def _entry_log_location(conf, ref: str) -> tuple[str, int]:
-    path = Path(ref)
-    if path.is_file():
-        if path.suffix != ".log":
-            raise AdminError(f"{ref} is not an entry log (<hex id>.log)")
-        return str(path.parent.parent), _parse_number("0x" + path.stem, "entry log file name")
-    log_id = _parse_number(ref, "entry log id")
-    for d in ledger_dirs(conf):
-        if os.path.exists(os.path.join(d, _CURRENT, f"{log_id:x}.log")):
-            return d, log_id
-    raise AdminError(f"no entry log {log_id} ({log_id:x}.log) in {', '.join(ledger_dirs(conf))}")
+    return _file_location(ref, "entry log", "an entry log", ".log", ledger_dirs(conf),
+                          lambda d, log_id: os.path.exists(os.path.join(d, _CURRENT, f"{log_id:x}.log")))
 
 
 def read_entry_log(conf, ref: str, ledger: LedgerRef | None = None, entry_id: int | None = None,
@@ -121,7 +121,7 @@ def read_entry_log(conf, ref: str, ledger: LedgerRef | None = None, entry_id: in
     """readentrylog: the entries of one entry log (by id or path), optionally of one ledger / entry:
     {"logId", "offset", "location", "scopeId", "ledgerId", "entryId", "size"[, "data"]}."""
     directory, log_id = _entry_log_location(conf, ref)
-    logger = EntryLogger([directory], conf)
+    logger = EntryLogger([directory], EntryLoggerSettings.from_conf(conf))
     try:
         for r in logger.scan_records(log_id, with_data=with_data):
             if ledger is not None and (r.scope_id, r.ledger_id) != (ledger.scope_id, ledger.ledger_id):

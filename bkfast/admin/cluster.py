@@ -15,7 +15,8 @@ from bkfast.meta import (
     read_layout,
     zk_path,
 )
-from bkfast.meta.zk_driver import bookie_info_from_data
+from bkfast.meta.registration import bookie_info_from_data
+from bkfast.meta.zk_election import ZkAuditorElection
 from bkfast.meta.zk_layout import AVAILABLE, COOKIES, LAYOUT, READONLY
 
 from .common import AdminError, Progress, in_reactor
@@ -176,30 +177,11 @@ def _under_replicated_count(zk, root: str) -> int:
     return count
 
 
-def _auditor(zk, root: str) -> str | None:
-    base = zk_path(root, UNDERREPLICATION, AUDITOR_ELECTION)
-    try:
-        votes = sorted(zk.get_children(base), key=lambda n: n.rsplit("_", 1)[-1])
-    except NoNodeError:
-        return None
-    for vote in votes:
-        try:
-            data, _ = zk.get(f"{base}/{vote}")
-        except NoNodeError:
-            continue
-        text = data.decode("utf-8", "replace")
-        # AuditorVoteFormat in protobuf text format: bookieId: "host:port"
-        if '"' in text:
-            return text.split('"', 2)[1]
-        return text.strip() or None
-    return None
-
-
 def cluster_info(zk, root: str) -> dict:
     """clusterinfo: bookie counts, the auditor, under-replication, instance id and layout."""
     writable = _bookies_under(zk, root, False)
     read_only = _bookies_under(zk, root, True)
-    auditor = _auditor(zk, root)
+    auditor = ZkAuditorElection(zk, root).current_auditor()
     under = _under_replicated_count(zk, root)
     try:
         known = set(zk.get_children(zk_path(root, COOKIES)))     # every bookie that ever joined

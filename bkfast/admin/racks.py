@@ -80,7 +80,7 @@ def placement_policy_check(bk, zk, root: str, layout: str) -> dict:
     from bkfast.reactor import call
     from bkfast.replication.placement_check import placement_check
 
-    report = placement_check(zk, root, layout, bk.async_client, call)
+    report = placement_check(bk.async_client, call)
     out = report.to_dict()
     out["placementPolicy"] = bk.async_client.placement.name
     return out

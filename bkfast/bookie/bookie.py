@@ -30,8 +30,9 @@ from bkfast.bookie.blocking import SYNC_WAIT_SECONDS, BlockingCalls  # noqa: F40
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.journals import JournalSet
-from bkfast.bookie.lac import LacReads, LacTracker, entry_lac, lac_of_buffer
+from bkfast.bookie.lac import LacReads, LacTracker, lac_of_buffer
 from bkfast.bookie.read_only import ReadOnlyState
+from bkfast.bookie.settings import BookieSettings
 from bkfast.bookie.stats import BookieStats
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
@@ -46,6 +47,8 @@ from bkfast.errors import (
 )
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage import thread_stats
+from bkfast.storage.entry_header import entry_lac
+from bkfast.storage.interface import LedgerStorage
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +79,16 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         removes and compacts entry logs of ledgers deleted otherwise). `stats`: the root StatsLogger
         the Bookie and its parts record Java's stats into (scope `bookie`, ...); None records nothing."""
         self.conf = conf
+        # Parsed once here; the parts get their pieces. The journals and the ledger storage still take the
+        # configuration itself (they are built from it: bkfast.bookie.journals, storage_factory).
+        self.settings = settings = BookieSettings.from_conf(conf)
         self.stats_root = stats if stats is not None else StatsRegistry(enabled=False).logger()
         self.stats = BookieStats(self.stats_root)
         self._dispatcher = dispatcher or _inline_dispatcher
-        journal_dirs = conf.get("journalDirectories") or [conf.get("journalDirectory")]
-        self.journal_dirs = [Path(d) for d in journal_dirs]
+        self.journal_dirs = [Path(d) for d in settings.journal_dirs]
         self.journal_dir = self.journal_dirs[0]
-        self.ledger_dirs = [Path(d) for d in conf.get("ledgerDirectories")]
-        self.index_dirs = [Path(d) for d in (conf.get("indexDirectories") or conf.get("ledgerDirectories"))]
+        self.ledger_dirs = [Path(d) for d in settings.ledger_dirs]
+        self.index_dirs = [Path(d) for d in settings.index_dirs]
         # One journal per journal dir. A dir list that does not fit the lastMark files is refused
         # (ConfigurationError) before anything is created or opened.
         self.journals = JournalSet(self.journal_dirs, self.ledger_dirs, conf, self._on_journal_batch,
@@ -95,31 +100,32 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         # anything else is a ConfigurationError naming the key.
         from bkfast.bookie.storage_factory import open_ledger_storage
 
-        self.storage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs, stats=self.stats.logger)
-        self._read_cached = getattr(self.storage, "get_entry_cached", None) or _no_cached_entry
-        # Ledger storage's per-batch stats (add_entry, reads from memory): see bkfast.dbstorage.stats.
-        self._record_adds = getattr(self.storage, "record_adds", None) or _no_stats
-        self._record_memory_reads = getattr(self.storage, "record_memory_reads", None) or _no_stats
+        self.storage: LedgerStorage = open_ledger_storage(conf, self.ledger_dirs, self.index_dirs,
+                                                          stats=self.stats.logger)
+        # Bound once: the reactor's memory-read fast path calls it for every plain read.
+        self._read_cached = self.storage.get_entry_cached
         # Serialises the check-then-act of master keys and fences (reactor and replay threads).
         self._ledger_lock = threading.Lock()
         # (scope, ledger) -> callbacks of fencing requests waiting for a fence record to be durable
         self._fences_in_flight: dict[tuple[int, int], list[Callback]] = {}
+        # (scope, ledger) fenced in ledger storage whose fence record the journal failed to make durable
+        self._fences_unrecorded: set[tuple[int, int]] = set()
         self._checkpoint_lock = threading.Lock()
         self._stop_checkpointing = threading.Event()
         self._checkpoint_thread: threading.Thread | None = None
-        self._flush_interval_s = max(conf.get("flushInterval"), 1) / 1000.0
+        self._flush_interval_s = settings.flush_interval_s
         self.replayed_records = 0
         self.started = False
-        self._init_read_only_state(conf)
-        self.gc = GarbageCollector(self.storage, conf, ledger_exists_source)
+        self._init_read_only_state(settings.force_read_only)
+        self.gc = GarbageCollector(self.storage, settings.gc, ledger_exists_source)
         self.disk_checker = DiskChecker(
-            [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs], conf, self._on_disk_state)
+            [*self.journal_dirs, *self.ledger_dirs, *self.index_dirs], settings.disk, self._on_disk_state)
         from bkfast.bookie.storage_full import StorageFullState
 
         self.storage_full = StorageFullState(self)
-        if hasattr(self.storage, "set_error_listener"):
-            self.storage.set_error_listener(self._note_io_error)
-        self.stats.register_gauges(conf, self.journal_dirs, self.ledger_dirs, self.index_dirs, self.disk_checker)
+        self.storage.set_error_listener(self._note_io_error)
+        self.stats.register_gauges(settings.journal_queue_size, self.journal_dirs, self.ledger_dirs, self.index_dirs,
+                                   self.disk_checker)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
         self.metrics = None
         # Per ledger: known LAC and long-poll waiters (reactor thread; see bkfast.bookie.lac).
@@ -196,7 +202,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
             # A journal is fail-stop: none of its adds can be durable until the disk checker sees room
             # again and it recovers in a new file (_recover_journal). The whole bookie turns read-only.
             self.disk_checker.full = True
-            self._set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
+            self.set_read_only_reason("journal-enospc", True, f"journal write failed: {error}")
         failure = BKBookieIOException(f"journal write failed: {error}")
         self._dispatcher(_run_batch, [(callback, failure) for callback in tokens if callback is not None])
 
@@ -214,8 +220,9 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         if stored is None:
             self.storage_full.check_journaled_key(ledger_id, master_key, scope_id)
             self.storage.set_master_key(ledger_id, bytes(master_key), scope_id)
+            # A control record: admitted past the journal queue's bound, never waits (bookie/journal.py).
             self.journals.for_ledger(ledger_id).log_record(
-                journal_mod.master_key_record(ledger_id, master_key, scope_id), _ignore)
+                journal_mod.master_key_record(ledger_id, master_key, scope_id), _ignore, bounded=False)
         elif bytes(stored) != bytes(master_key):
             raise BKUnauthorizedAccessException(
                 f"wrong master key for ledger {ledger_id}" + (f" scope {scope_id}" if scope_id else ""))
@@ -226,20 +233,15 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         """Store an entry (the bytes exactly as the client packaged them); callback after it is durable."""
         t0 = now_ns()
         try:
-            if self.read_only and not (recovery or high_priority):
-                raise BKWriteOnReadOnlyBookieException("bookie is read-only")
-            _, scope_id, ledger_id, entry_id = peek_entry_ids(entry)
-            if ledger_id < 0 or entry_id < 0:
-                raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
-            entry = bytes(entry)
             with self._ledger_lock:
-                self._admit(scope_id, ledger_id, master_key)
-                if not recovery and self.storage_full.fence_check()(ledger_id, scope_id):
-                    raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
-                self.storage.add_entry(entry, recovery or high_priority)
-            if (scope_id, ledger_id) in self.lac:
-                self.lac.advance(scope_id, ledger_id, entry_lac(entry))
-            self.journals.for_ledger(ledger_id).log_record(entry, callback, ack_before_sync=ack_before_sync)
+                admission = _AddAdmission(self)
+                ledger_id, entry = admission.store(entry, master_key, recovery, high_priority)
+            self._advance_lacs(admission.lacs)
+            # Served (a room listener is set), this runs on the reactor, which must not wait for the
+            # journal: the rare single add (DEFERRED_SYNC, unbatched v2) is admitted past the queue's
+            # bound, its bytes already held by ledger storage and the server's in-flight add bound.
+            self.journals.for_ledger(ledger_id).log_record(entry, callback, ack_before_sync=ack_before_sync,
+                                                           bounded=self._room_listener is None)
         except BKError as error:
             self.stats.add_failed(recovery, len(entry), t0, error)
             self._fail(callback, error)
@@ -250,7 +252,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
             self._fail(callback, BKBookieIOException(str(error)))
         else:
             self.stats.add_done(recovery, len(entry), t0)
-            self._record_adds(now_ns() - t0)
+            self.storage.record_adds(now_ns() - t0)
 
     def add_entries(self, adds: list, callback: Callable[[list | None, BaseException | None], None]) -> list:
         """Store several entries (one network read's ADDs) with one journal enqueue and one completion.
@@ -275,46 +277,23 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         stored_failures = len(failures)
         journaled = self._journal_adds(records, accepted, which, failures, callback) if records else 0
         self.stats.record_add_batch(adds, records, accepted, recoveries, failures, stored_failures, t0, journaled)
-        self._record_adds((t_stored - t0) // max(1, len(records)))     # the stored adds: ledger storage's add_entry
+        self.storage.record_adds((t_stored - t0) // max(1, len(records)))  # the stored adds: storage's add_entry
         return failures
 
-    def _store_adds(self, adds: list) -> tuple[list, list[int], list, list[int] | None, int]:
-        """The checks and the ledger storage put of each add, under the ledger lock: (failures, accepted
+    def _store_adds(self, adds: list) -> tuple[list, list[int], list[bytes], list[int] | None, int]:
+        """The admission and the ledger storage put of each add, under the ledger lock: (failures, accepted
         indices, their records, each record's journal (several journals only), accepted recovery adds)."""
         failures: list = []
         accepted: list[int] = []
-        records: list = []
+        records: list[bytes] = []
         n_journals = len(self.journals)
         which: list[int] | None = [] if n_journals > 1 else None   # each record's journal (several only)
         recoveries = 0
-        read_only = self.read_only
-        store = self.storage.add_entry
-        is_fenced = self.storage_full.fence_check()
-        # (scope, ledger) -> the master key admitted in this batch for a ledger seen not fenced. Valid
-        # for the batch only: the ledger lock is held throughout, so no fence can come in between.
-        admitted: dict = {}
-        tracked = self.lac.tracked
-        lacs: dict = {}
         with self._ledger_lock:
+            admission = _AddAdmission(self)
             for i, (entry, master_key, recovery, high_priority) in enumerate(adds):
                 try:
-                    if read_only and not (recovery or high_priority):
-                        raise BKWriteOnReadOnlyBookieException("bookie is read-only")
-                    _, scope_id, ledger_id, entry_id = peek_entry_ids(entry)
-                    if ledger_id < 0 or entry_id < 0:
-                        raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
-                    entry = bytes(entry)
-                    lkey = (scope_id, ledger_id)
-                    known = admitted.get(lkey)
-                    if known is None or known != master_key:
-                        self._admit(scope_id, ledger_id, master_key)
-                        if not recovery:
-                            if is_fenced(ledger_id, scope_id):
-                                raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
-                            admitted[lkey] = master_key
-                    store(entry, recovery or high_priority)
-                    if lkey in tracked:
-                        lacs[lkey] = max(lacs.get(lkey, -1), entry_lac(entry))
+                    ledger_id, record = admission.store(entry, master_key, recovery, high_priority)
                 except StorageBusyError as error:
                     # The write cache is full: this add and every later one of the batch wait (in order)
                     # for the room the flush makes; nothing of them is stored or journaled.
@@ -328,39 +307,29 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
                     self._note_io_error(error)
                     failures.append((i, BKBookieIOException(str(error))))
                     continue
-                records.append(entry)
+                records.append(record)
                 accepted.append(i)
                 if recovery:
                     recoveries += 1
                 if which is not None:
                     which.append(ledger_id % n_journals)
-        self._advance_lacs(lacs)
+        self._advance_lacs(admission.lacs)
         return failures, accepted, records, which, recoveries
 
-    def _advance_lacs(self, lacs: dict) -> None:
+    def _advance_lacs(self, lacs: dict[tuple[int, int], int]) -> None:
         advance = self.lac.advance
         for (scope_id, ledger_id), lac in lacs.items():
             advance(scope_id, ledger_id, lac)
 
-    def _journal_adds(self, records: list, accepted: list[int], which: list[int] | None, failures: list,
-                      callback) -> int:
+    def _journal_adds(self, records: list[bytes], accepted: list[int], which: list[int] | None, failures: list,
+                      callback: Callable[[list[int] | None, BaseException | None], None]) -> int:
         """Queue the stored adds' records (one completion for all); refusals go to `failures`. Returns the
         bytes queued (records with their length fields)."""
-        # [the accepted list callback gets (None: all), positions a journal refused (several journals)]
-        state: list = [None if not failures else accepted, None]
-
-        def done(error, _state=state):
-            callback(_state[0], error)
+        completion = _BatchCompletion(accepted, failures, callback)
         if which is not None:
-            def on_refused(positions: list[int], error: BaseException) -> None:
-                # Called by log_split before the last share can complete: done() sees the narrowed list.
-                gone = state[1] = (state[1] or set()) | set(positions)
-                failures.extend((accepted[k], error) for k in positions)
-                state[0] = [a for k, a in enumerate(accepted) if k not in gone]
-
-            return self.journals.log_split(records, which, done, on_refused)
+            return self.journals.log_split(records, which, completion.done, completion.refused)
         try:
-            return self.journals[0].log_records(records, done)
+            return self.journals[0].log_records(records, completion.done)
         except BKError as error:
             # Nothing was queued: every accepted add fails now (they stay in ledger storage unacknowledged,
             # as a single add whose journal enqueue fails).
@@ -368,23 +337,26 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
             return 0
 
     def fence(self, ledger_id: int, master_key: bytes, callback: Callback, scope_id: int = 0) -> None:
-        """Fence a ledger (creating it with this key if unseen); callback once the fence is durable."""
+        """Fence a ledger (creating it with this key if unseen); callback once the fence is durable.
+
+        As an add: ledger storage takes the fenced flag at once (in memory, an unsynced index write), so
+        every later normal add is refused, and the answer waits for the fence record's journal sync, off
+        this thread. The next checkpoint makes the flag durable in ledger storage before lastMark passes
+        the record. Nothing here syncs: the caller is the reactor (issue 26)."""
+        key = (scope_id, ledger_id)
         try:
             with self._ledger_lock:
                 self._admit(scope_id, ledger_id, master_key)
-                key = (scope_id, ledger_id)
                 newly_fenced = self.storage.set_fenced(ledger_id, scope_id)
-                if newly_fenced:
-                    log.info("fenced ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
-                    self._fences_in_flight[key] = []
-                    self.journals.for_ledger(ledger_id).log_record(
-                        journal_mod.fence_record(ledger_id, scope_id),
-                        lambda error: self._fence_durable(key, callback, error))
-                    return
                 waiters = self._fences_in_flight.get(key)
                 if waiters is not None:
                     # Already fenced, but its fence record is not durable yet: answer with it.
                     waiters.append(callback)
+                    return
+                if newly_fenced or key in self._fences_unrecorded:
+                    if newly_fenced:
+                        log.info("fenced ledger %d%s", ledger_id, f" scope {scope_id}" if scope_id else "")
+                    self._record_fence(key, callback)
                     return
             # Already fenced and durable (recorded earlier, replayed, or stored): nothing to wait for.
             # Recovery reads every entry with the fence flag, so this path must not cost a journal sync.
@@ -392,9 +364,29 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         except BKError as error:
             self._fail(callback, error)
 
+    def _record_fence(self, key: tuple[int, int], callback: Callback) -> None:
+        """Journal the fence record of `key` (ledger lock held); callback and later fences of the ledger
+        are answered when it is durable."""
+        scope_id, ledger_id = key
+        self._fences_in_flight[key] = []
+        self._fences_unrecorded.discard(key)
+        try:
+            # Past the queue's bound (never waits): the fence is answered only by this record's sync.
+            self.journals.for_ledger(ledger_id).log_record(
+                journal_mod.fence_record(ledger_id, scope_id),
+                lambda error: self._fence_durable(key, callback, error), bounded=False)
+        except BaseException:
+            del self._fences_in_flight[key]
+            self._fences_unrecorded.add(key)
+            raise
+
     def _fence_durable(self, key, callback: Callback, error: BaseException | None) -> None:
         with self._ledger_lock:
             waiters = self._fences_in_flight.pop(key, [])
+            if error is not None:
+                # The flag is set but its record is not durable (nor, until a checkpoint, the flag): the
+                # next fence request of this ledger journals the record again instead of answering at once.
+                self._fences_unrecorded.add(key)
         for waiter in (callback, *waiters):
             waiter(error)
 
@@ -407,7 +399,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
             if (scope_id, ledger_id) in self.lac:
                 self.lac.advance(scope_id, ledger_id, lac_of_buffer(lac_buffer))
             self.journals.for_ledger(ledger_id).log_record(
-                journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback)
+                journal_mod.explicit_lac_record(ledger_id, lac_buffer, scope_id), callback, bounded=False)
         except BKError as error:
             self._fail(callback, error)
 
@@ -451,7 +443,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         """The server answered n reads from memory (read_entry_cached) in `seconds`: for the metrics, and
         ledger storage's read_entry and cache hit stats (the hits it counted get `seconds / n` each)."""
         if n:
-            self._record_memory_reads(int(seconds * 1e9) // n)
+            self.storage.record_memory_reads(int(seconds * 1e9) // n)
         if self.metrics is not None and n:
             self.metrics.reads_from_memory(n, seconds)
 
@@ -464,8 +456,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         refuses the adds at once with StorageBusyError (not stored, not journaled) instead of waiting, and
         `listener()` is called (from the flush or journal thread) once room may be back."""
         self._room_listener = listener
-        if hasattr(self.storage, "set_room_listener"):
-            self.storage.set_room_listener(listener)
+        self.storage.set_room_listener(listener)
         self.journals.room_listener = listener
 
     def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
@@ -519,7 +510,8 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
             if marks is None:
                 return (0, 0)
             self.journals.persist(marks)
-            return tuple(marks[0])
+            journal_id, offset = marks[0]
+            return (journal_id, offset)
 
     def _checkpoint_loop(self) -> None:
         thread_time = self.stats.sync_thread_time
@@ -538,9 +530,19 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
     def replayed(self, t0: int, before: int) -> None:
         """A replay that began at t0 stored records (replayed_records - before): ledger storage's add_entry
         stats get their average time."""
-        self._record_adds((now_ns() - t0) // max(1, self.replayed_records - before))
+        self.storage.record_adds((now_ns() - t0) // max(1, self.replayed_records - before))
 
-    def _replay_record(self, record) -> None:
+    def replay_record(self, record: bytes, lock: bool = False) -> None:
+        """Store one journal record (entry, master key, fence, explicit LAC) in ledger storage. `lock`: the
+        bookie serves meanwhile (a replay resumed by bkfast.bookie.storage_full), so the record takes the
+        ledger lock, as the request path's check-then-act of keys and fences does."""
+        if lock:
+            with self._ledger_lock:
+                self._replay_record(record)
+        else:
+            self._replay_record(record)
+
+    def _replay_record(self, record: bytes) -> None:
         r = journal_mod.parse_record(record)
         kind = r.kind
         if kind == journal_mod.RecordKind.ENTRY:
@@ -557,12 +559,71 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         self.replayed_records += 1
 
 
-def _no_cached_entry(ledger_id: int, entry_id: int, scope_id: int = 0) -> None:
-    return None
+class _AddAdmission:
+    """The one home of the rules an add passes before ledger storage takes it — the bookie writable (or
+    the add a recovery / high-priority one), ids not negative, the ledger's master key (checked, or
+    remembered and journaled on first sight), the ledger not fenced (or the add a recovery one) — for one
+    add or every add of one batch. Built and used with the Bookie's ledger lock held throughout, so no
+    fence can come in between: a ledger seen not fenced with a key needs no second look in its batch."""
+
+    __slots__ = ("_bookie", "_read_only", "_is_fenced", "_store", "_admitted", "_tracked", "lacs")
+
+    def __init__(self, bookie: Bookie):
+        self._bookie = bookie
+        self._read_only = bookie.read_only
+        self._is_fenced = bookie.storage_full.fence_check()
+        self._store = bookie.storage.add_entry
+        # (scope, ledger) -> the master key admitted by this object for a ledger seen not fenced
+        self._admitted: dict[tuple[int, int], bytes] = {}
+        self._tracked = bookie.lac.tracked
+        # (scope, ledger) -> the highest LAC the stored entries piggy-back, for ledgers readers track
+        self.lacs: dict[tuple[int, int], int] = {}
+
+    def store(self, entry, master_key: bytes, recovery: bool, high_priority: bool) -> tuple[int, bytes]:
+        """Admit the add and put it in ledger storage: (its ledger id, its bytes: its journal record).
+        Raises the BKError that refuses it (StorageBusyError: ledger storage has no room now)."""
+        if self._read_only and not (recovery or high_priority):
+            raise BKWriteOnReadOnlyBookieException("bookie is read-only")
+        _, scope_id, ledger_id, entry_id = peek_entry_ids(entry)
+        if ledger_id < 0 or entry_id < 0:
+            raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
+        entry = bytes(entry)
+        key = (scope_id, ledger_id)
+        if self._admitted.get(key) != master_key:
+            self._bookie._admit(scope_id, ledger_id, master_key)
+            if not recovery:
+                if self._is_fenced(ledger_id, scope_id):
+                    raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
+                self._admitted[key] = master_key
+        self._store(entry, recovery or high_priority)
+        if key in self._tracked:
+            self.lacs[key] = max(self.lacs.get(key, -1), entry_lac(entry))
+        return ledger_id, entry
 
 
-def _no_stats(nanos_each: int) -> None:
-    pass
+class _BatchCompletion:
+    """The one completion of a batch's journal records: `callback(accepted, error)` with the accepted
+    indices (None: every add of the batch), narrowed when one of several journals refuses its share."""
+
+    __slots__ = ("_accepted", "_failures", "_callback", "_refused", "reported")
+
+    def __init__(self, accepted: list[int], failures: list,
+                 callback: Callable[[list[int] | None, BaseException | None], None]):
+        self._accepted = accepted
+        self._failures = failures
+        self._callback = callback
+        self._refused: set[int] = set()      # positions in `accepted` a journal refused
+        self.reported: list[int] | None = accepted if failures else None
+
+    def done(self, error: BaseException | None) -> None:
+        self._callback(self.reported, error)
+
+    def refused(self, positions: list[int], error: BaseException) -> None:
+        """Called by JournalSet.log_split before its last share can complete, so done() reports the
+        narrowed list."""
+        self._refused.update(positions)
+        self._failures.extend((self._accepted[k], error) for k in positions)
+        self.reported = [a for k, a in enumerate(self._accepted) if k not in self._refused]
 
 
 def _ignore(error: BaseException | None) -> None:

@@ -31,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from bkfast.bookie.settings import CompactionSettings
 from bkfast.storage.entrylogger import EntryLogger, log_file_name
 
 __all__ = ["CompactionStats", "Compactor", "Throttle", "log_size"]
@@ -78,18 +79,16 @@ class CompactionStats:
 class Compactor:
     """Copies live entries out of entry logs of one ledger storage (see the module docstring)."""
 
-    def __init__(self, storage, conf, stop: threading.Event | None = None):
+    def __init__(self, storage, settings: CompactionSettings, stop: threading.Event | None = None):
         self.storage = storage
-        self.conf = conf
+        self.settings = settings
         self.stop = stop or threading.Event()
         # Test hook for the crash test: called with the step name ("copied", "flushed", "indexed",
         # "removed") after each step of a log's compaction.
         self.step_hook = None
 
     def throttle(self) -> Throttle:
-        by_bytes = bool(self.conf.get("isThrottleByBytes"))
-        rate = self.conf.get("compactionRateByBytes") if by_bytes else self.conf.get("compactionRate")
-        return Throttle(rate, by_bytes)
+        return Throttle(self.settings.rate, self.settings.throttle_by_bytes)
 
     def _step(self, name: str, log_id: int) -> None:
         hook = self.step_hook

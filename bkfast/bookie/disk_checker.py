@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from bkfast.bookie.settings import DiskCheckerSettings
+
 __all__ = ["DiskChecker", "disk_usage", "is_no_space"]
 
 log = logging.getLogger(__name__)
@@ -53,14 +55,13 @@ def is_no_space(error: BaseException | None) -> bool:
 class DiskChecker:
     """Periodic usage check of a bookie's directories; see the module docstring."""
 
-    def __init__(self, dirs: Iterable[str | os.PathLike[str]], conf,
+    def __init__(self, dirs: Iterable[str | os.PathLike[str]], settings: DiskCheckerSettings,
                  on_change: Callable[[bool, str], None]):
         self.dirs = list(dict.fromkeys(Path(d) for d in dirs))
-        self.threshold = float(conf.get("diskUsageThreshold"))
-        self.warn_threshold = float(conf.get("diskUsageWarnThreshold"))
-        lwm = conf.get("diskUsageLwmThreshold")
-        self.lwm_threshold = float(lwm if lwm is not None else self.threshold)
-        self.interval_s = max(1, int(conf.get("diskCheckInterval"))) / 1000.0
+        self.threshold = settings.threshold
+        self.warn_threshold = settings.warn_threshold
+        self.lwm_threshold = settings.lwm_threshold
+        self.interval_s = settings.interval_s
         self._on_change = on_change
         self.full = False
         self.usages: dict[str, float] = {}

@@ -35,6 +35,7 @@ import time
 from bkfast._stats import now_ns
 from bkfast.bookie.compaction import CompactionStats, Compactor, log_size
 from bkfast.bookie.gc_stats import gc_stats_for
+from bkfast.bookie.settings import GcSettings
 from bkfast.errors import ReactorTimeoutError
 from bkfast.ids import LedgerId
 from bkfast.reactor import call as reactor_call
@@ -105,9 +106,9 @@ def _ask_source(source, ledgers: list[LedgerId], timeout: float) -> set[tuple[in
 class GarbageCollector:
     """GC + compaction of one ledger storage; see the module docstring."""
 
-    def __init__(self, storage, conf, ledger_exists_source=None):
+    def __init__(self, storage, settings: GcSettings, ledger_exists_source=None):
         self.storage = storage
-        self.conf = conf
+        self.settings = settings
         self.source = ledger_exists_source
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -118,7 +119,7 @@ class GarbageCollector:
         # Java's suspendMajorGC / suspendMinorGC (the admin API's gc/suspend_compaction): a suspended kind
         # does not run, even when forced; garbage collection of deleted ledgers goes on.
         self.suspended = {"major": False, "minor": False}
-        self.compactor = Compactor(storage, conf, self._stop)
+        self.compactor = Compactor(storage, settings.compaction, self._stop)
         # Java's GarbageCollectorStats, one set per entry logger (bkfast.bookie.gc_stats).
         self.gc_stats = gc_stats_for(storage)
         self._usage: dict[tuple[int, int], LogUsage] = {}
@@ -169,7 +170,7 @@ class GarbageCollector:
             self.suspended["minor"] = False
 
     def _loop(self) -> None:
-        interval_s = max(1, int(self.conf.get("gcWaitTime"))) / 1000.0
+        interval_s = self.settings.wait_s
         while not self._stop.is_set():
             self._wake.wait(interval_s)
             self._wake.clear()
@@ -299,22 +300,21 @@ class GarbageCollector:
 
     def _maybe_compact(self, loggers, usages: list[LogUsage], force_major: bool, force_minor: bool,
                        live: set[tuple[int, int]]) -> CompactionStats | None:
-        get = self.conf.get
+        major, minor = self.settings.compaction.major, self.settings.compaction.minor
         now = time.monotonic()
-        major_on = get("majorCompactionInterval") > 0 and get("majorCompactionThreshold") > 0
-        minor_on = get("minorCompactionInterval") > 0 and get("minorCompactionThreshold") > 0
+        major_on, minor_on = major.enabled, minor.enabled
         if self.suspended["major"]:
             major_on = force_major = False
         if self.suspended["minor"]:
             minor_on = force_minor = False
-        if force_major or (major_on and now - self._last_major >= get("majorCompactionInterval")):
-            kind = "major"
-        elif force_minor or (minor_on and now - self._last_minor >= get("minorCompactionInterval")):
-            kind = "minor"
+        if force_major or (major_on and now - self._last_major >= major.interval_s):
+            kind, chosen = "major", major
+        elif force_minor or (minor_on and now - self._last_minor >= minor.interval_s):
+            kind, chosen = "minor", minor
         else:
             return None
-        threshold = float(get(f"{kind}CompactionThreshold"))
-        max_ms = int(get(f"{kind}CompactionMaxTimeMillis"))
+        threshold = chosen.threshold
+        max_ms = chosen.max_time_ms
         deadline = time.monotonic() + max_ms / 1000.0 if max_ms > 0 else None
         stats = CompactionStats()
         started = time.monotonic()

@@ -10,7 +10,10 @@ the set of the logger it belongs to.
 
 from __future__ import annotations
 
-from bkfast.stats import StatsRegistry
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bkfast.storage.interface import LedgerStorage
 
 __all__ = ["GcStats", "gc_stats_for"]
 
@@ -35,10 +38,6 @@ class GcStats:
         logger.gauge("ACTIVE_LEDGER_TOTAL", lambda: self.active_ledgers)
 
 
-def gc_stats_for(storage) -> list[GcStats]:
-    """One GcStats per entry logger of `storage`, where the storage records them (nothing recorded for a
-    storage that does not say)."""
-    count = len(storage.entry_loggers())
-    loggers = getattr(storage, "gc_stats_loggers", None)
-    loggers = loggers() if loggers is not None else [StatsRegistry(enabled=False).logger()] * count
-    return [GcStats(logger) for logger in loggers]
+def gc_stats_for(storage: LedgerStorage) -> list[GcStats]:
+    """One GcStats per entry logger of `storage`, recorded where the storage says (gc_stats_loggers)."""
+    return [GcStats(logger) for logger in storage.gc_stats_loggers()]

@@ -20,6 +20,13 @@ arrived at once is not cut at the thresholds; Java cuts it and merges the pieces
 the same single sync. `force(token)` (FORCE_LEDGER) is never written and completes once everything
 queued before it is durable, even with journalSyncData=false (Java acks it unsynced there).
 
+The queue bound (journalQueueSize) counts bounded records only: entries. Control records (master key,
+fence, explicit LAC: `bounded=False`) and force markers are admitted past it at once, because their
+callers run on the bookie's reactor, which must never wait for the journal thread's sync to make room;
+they are small, one per request the server already bounds, and the adds that would fill the queue are
+refused first (`has_room`). Refusing them instead would answer a fence or LAC write with an error the
+client turns into a retry, for no memory saved. A bounded record waits up to enqueue_timeout_s for room.
+
 Errors are fail-stop, as in Java (an IOException ends the journal thread): the failed batch goes to
 `error_sink(tokens, exc)`, everything still queued to one more call, one line is logged and new records
 are refused. Retrying is unsafe: after a failed fdatasync Linux may drop the dirty pages, so a later
@@ -140,6 +147,7 @@ class Journal:
         self.stats = JournalStats(stats if stats is not None else StatsRegistry(enabled=False).logger(),
                                   lambda: self._bytes + self._inflight_bytes)
         self._queued = self.stats.queue_size
+        self._bounded = 0     # queued records that count against journalQueueSize (module docstring)
         # The bookie server's non-waiting adds: called (journal thread) when a batch is taken after want_room().
         self.room_listener = None
         self._room_wanted = False
@@ -193,10 +201,11 @@ class Journal:
                                         daemon=True)
         self._thread.start()
 
-    def log_record(self, record, token, ack_before_sync: bool = False) -> None:
+    def log_record(self, record, token, ack_before_sync: bool = False, bounded: bool = True) -> None:
         """Queue `record`; `token` goes to completion_sink once it is durable (or written, if ack_before_sync).
 
-        Blocks up to enqueue_timeout_s while the queue is full, then raises BKTooManyRequestsException.
+        `bounded`: blocks up to enqueue_timeout_s while the queue is full, then raises
+        BKTooManyRequestsException; unbounded (control) records never wait (module docstring).
         Raises BKBookieIOException when the journal is not running (stopped, or failed).
         """
         size = len(record)
@@ -204,8 +213,7 @@ class Journal:
             raise ValueError("an empty journal record would read back as the end of the log")
         t = now_ns()
         with self._lock:
-            if self._state != _RUNNING or len(self._recs) >= self._queue_size:
-                self._wait_for_space()
+            self._admit(bounded, 1)
             recs = self._recs
             recs.append(record)
             self._toks.append(token)
@@ -222,13 +230,13 @@ class Journal:
                                            or n >= self._close_count):
                 self._wakeup.notify()
 
-    def log_records(self, records: list, token) -> int:
+    def log_records(self, records: list, token, bounded: bool = True) -> int:
         """Queue several records at once; `token` completes once the LAST of them is durable. Returns
         their bytes with length fields (4 + len each).
 
         The records are appended in order under one lock hold (so they usually share one batch; if the
         queue splits them, the earlier ones are in earlier batches, durable first). No ack-before-sync.
-        Errors and blocking as log_record; on an error none of the records was queued.
+        Errors, blocking and `bounded` as log_record; on an error none of the records was queued.
         """
         n_new = len(records)
         if not n_new:
@@ -241,8 +249,7 @@ class Journal:
             size += 4 + rlen
         t = now_ns()
         with self._lock:
-            if self._state != _RUNNING or len(self._recs) >= self._queue_size:
-                self._wait_for_space()
+            self._admit(bounded, n_new)
             recs = self._recs
             first = not recs
             recs.extend(records)
@@ -263,11 +270,11 @@ class Journal:
         return size
 
     def force(self, token) -> None:
-        """Complete `token` once every record queued before it is durable (FORCE_LEDGER; never written)."""
+        """Complete `token` once every record queued before it is durable (FORCE_LEDGER; never written).
+        Never waits for room: the marker holds no bytes, and its caller is the reactor."""
         t = now_ns()
         with self._lock:
-            if self._state != _RUNNING or len(self._recs) >= self._queue_size:
-                self._wait_for_space()
+            self._admit(False, 0)
             recs = self._recs
             recs.append(None)
             self._toks.append(token)
@@ -312,6 +319,7 @@ class Journal:
             self._enq_t, self._enq_n, self._force_t = ([now], [len(recs)], []) if recs else ([], [], [])
             self._queued.add(len(recs))
             self._bytes = sum(4 + len(r) for r in recs)
+            self._bounded = len(recs)
             self._first_t = self._last_sync_t = time.monotonic()
             self._mark = LogMark(self._journal_id, self._writer.position)
             self._failure = None
@@ -345,14 +353,23 @@ class Journal:
         return delete_old_journals(self.journal_dir, LogMark(*mark).journal_id, self._journal_id, self._max_backups)
 
     # --- producer side helpers (lock held) ------------------------------------------------------------
+    def _admit(self, bounded: bool, n: int) -> None:
+        """Let `n` more records in (waiting for room if they are bounded), or raise."""
+        if bounded:
+            if self._state != _RUNNING or self._bounded >= self._queue_size:
+                self._wait_for_space()
+            self._bounded += n
+        elif self._state != _RUNNING:
+            self._wait_for_space()      # raises at once: it waits only while the journal runs
+
     def _wait_for_space(self) -> None:
         deadline = time.monotonic() + self._enqueue_timeout
         self._wakeup.notify()               # a full queue closes the batch: make sure the thread knows
-        while self._state == _RUNNING and len(self._recs) >= self._queue_size:
+        while self._state == _RUNNING and self._bounded >= self._queue_size:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BKTooManyRequestsException(
-                    f"journal queue full: {len(self._recs)} records (journalQueueSize={self._queue_size}) "
+                    f"journal queue full: {self._bounded} records (journalQueueSize={self._queue_size}) "
                     f"still waiting after {self._enqueue_timeout:.1f} s; the journal disk is not keeping up")
             self._producers_waiting += 1
             try:
@@ -385,6 +402,7 @@ class Journal:
             self._recs, self._toks, self._early, self._forces = [], [], [], []
             self._enq_t, self._enq_n, self._force_t = [], [], []
             self._inflight_bytes, self._bytes = self._bytes, 0
+            self._bounded = 0
             if self._producers_waiting:
                 self._space.notify_all()
             room_wanted, self._room_wanted = self._room_wanted, False
@@ -412,8 +430,9 @@ class Journal:
 
     def has_room(self, records: int) -> bool:
         """Whether `records` more records fit the queue now (an empty queue takes any number). Only
-        meaningful to the one thread that enqueues (the reactor): the journal thread only empties it."""
-        queued = len(self._recs)
+        meaningful to the one thread that enqueues (the reactor): the journal thread only empties it.
+        Control records do not count (module docstring)."""
+        queued = self._bounded
         return queued == 0 or queued + records <= self._queue_size
 
     def want_room(self) -> None:
@@ -584,7 +603,7 @@ class Journal:
             self._queued.add(-len(self._recs))
             self._recs, self._toks, self._early, self._forces = [], [], [], []
             self._enq_t, self._enq_n, self._force_t = [], [], []
-            self._bytes = self._inflight_bytes = 0
+            self._bytes = self._inflight_bytes = self._bounded = 0
             self._space.notify_all()
         log.error("journal %s: %s failed at offset %d: %s; failing %d in-flight and %d queued requests, "
                   "refusing new ones (durable up to %s)", path, what, offset, err, len(tokens), len(rest),

@@ -5,8 +5,8 @@ and explicit LACs), when it last moved (the v3 `lacUpdateTimestamp`), and the lo
 for it to pass a value. A ledger is tracked from the first time a reader asks about it; adds to ledgers
 nobody reads cost one dictionary miss. Tracked ledgers are dropped with the ledger, and when idle
 (no reader asked, no waiter) for `idle_timeout_s`, so memory follows the ledgers being read, not every
-ledger ever written. Also where a LAC is read from: an entry's piggy-backed LAC (entry_lac) and an
-explicit-LAC buffer's (lac_of_buffer).
+ledger ever written. Also where an explicit-LAC buffer's LAC is read from (lac_of_buffer); an entry's
+piggy-backed LAC is read by bkfast.storage.entry_header.entry_lac.
 
 Waking waiters when the entry reaches storage, before its journal sync, is safe: the LAC a writer
 piggy-backs is already acknowledged by an ack quorum, so every entry up to it is durable elsewhere
@@ -26,11 +26,6 @@ from bkfast.errors import BKNoSuchEntryException
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 _LONG = struct.Struct(">q")
-
-
-def entry_lac(entry: bytes) -> int:
-    """The LAC a writer piggy-backed on an entry (offset 16; 25 in the scoped layout)."""
-    return _LONG.unpack_from(entry, 25 if entry[0] & 0x80 else 16)[0]
 
 
 def lac_of_buffer(buf) -> int:

@@ -8,7 +8,7 @@ the listeners told of every writable <-> read-only transition (the server moves 
 available/ and available/readonly/), and the self-shutdown when disks fill with readOnlyModeEnabled=false.
 A read-only bookie refuses adds with EREADONLY unless they are high priority (recovery), as Java does.
 
-Used as a base of bkfast.bookie.bookie.Bookie: it reads the Bookie's conf, journals, storage_full,
+Used as a base of bkfast.bookie.bookie.Bookie: it reads the Bookie's settings, journals, storage_full,
 disk_checker and stop().
 """
 
@@ -17,8 +17,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from bkfast.bookie.disk_checker import is_no_space
+from bkfast.bookie.disk_checker import DiskChecker, is_no_space
+
+if TYPE_CHECKING:
+    from bkfast.bookie.journals import JournalSet
+    from bkfast.bookie.settings import BookieSettings
+    from bkfast.bookie.storage_full import StorageFullState
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +32,15 @@ log = logging.getLogger(__name__)
 class ReadOnlyState:
     """The read-only half of a Bookie (see the module docstring)."""
 
-    def _init_read_only_state(self, conf) -> None:
+    # What it reads of the Bookie it is a base of.
+    settings: BookieSettings
+    journals: JournalSet
+    disk_checker: DiskChecker
+    storage_full: StorageFullState
+
+    def _init_read_only_state(self, force_read_only: bool) -> None:
         self._state_lock = threading.Lock()
-        self._read_only_reasons: set[str] = {"forced"} if conf.get("forceReadOnlyBookie") else set()
+        self._read_only_reasons: set[str] = {"forced"} if force_read_only else set()
         self._state_listeners: list[Callable[[bool], None]] = []
         self._shutdown_listeners: list[Callable[[str], None]] = []
         self.shutdown_reason: str | None = None
@@ -42,10 +54,10 @@ class ReadOnlyState:
         """Operator switch (admin API, --read-only). False clears the operator reasons only: a full
         disk keeps the bookie read-only until the disk checker sees room again."""
         if value:
-            self._set_read_only_reason("admin", True, "set by the operator")
+            self.set_read_only_reason("admin", True, "set by the operator")
         else:
-            self._set_read_only_reason("forced", False, "cleared by the operator")
-            self._set_read_only_reason("admin", False, "cleared by the operator")
+            self.set_read_only_reason("forced", False, "cleared by the operator")
+            self.set_read_only_reason("admin", False, "cleared by the operator")
 
     @property
     def read_only_reasons(self) -> list[str]:
@@ -61,7 +73,8 @@ class ReadOnlyState:
         """listener(reason) when the bookie shuts itself down (disks full and readOnlyModeEnabled=false)."""
         self._shutdown_listeners.append(listener)
 
-    def _set_read_only_reason(self, reason: str, on: bool, detail: str) -> None:
+    def set_read_only_reason(self, reason: str, on: bool, detail: str) -> None:
+        """Hold (`on`) or release one reason; listeners hear of a writable <-> read-only transition."""
         with self._state_lock:
             before = bool(self._read_only_reasons)
             if on:
@@ -82,11 +95,11 @@ class ReadOnlyState:
         if not full:
             if not self.storage_full.recover(detail) or not self._recover_journal(detail):
                 return                   # still cannot write: the checker reports again at its next check
-            self._set_read_only_reason("enospc", False, detail)
-            self._set_read_only_reason("disk-full", False, detail)
+            self.set_read_only_reason("enospc", False, detail)
+            self.set_read_only_reason("disk-full", False, detail)
             return
-        if self.conf.get("readOnlyModeEnabled"):
-            self._set_read_only_reason("disk-full", True, detail)
+        if self.settings.read_only_mode_enabled:
+            self.set_read_only_reason("disk-full", True, detail)
             return
         self._shutdown(f"disks full and readOnlyModeEnabled=false: {detail}")
 
@@ -101,7 +114,7 @@ class ReadOnlyState:
             log.warning("the journal disk has room (%s) but a journal cannot start a new file: %s", detail, error)
             self.disk_checker.full = True
             return False
-        self._set_read_only_reason("journal-enospc", False, detail)
+        self.set_read_only_reason("journal-enospc", False, detail)
         return True
 
     def _note_io_error(self, error: BaseException) -> None:
@@ -110,8 +123,8 @@ class ReadOnlyState:
         if not is_no_space(error):
             return
         self.disk_checker.full = True  # writable again only through the checker's low-water mark
-        if self.conf.get("readOnlyModeEnabled"):
-            self._set_read_only_reason("enospc", True, f"write failed: {error}")
+        if self.settings.read_only_mode_enabled:
+            self.set_read_only_reason("enospc", True, f"write failed: {error}")
         else:
             self._shutdown(f"no space left and readOnlyModeEnabled=false: {error}")
 
@@ -120,7 +133,7 @@ class ReadOnlyState:
             return
         self.shutdown_reason = reason
         log.error("bookie shutting down: %s", reason)
-        self._set_read_only_reason("shutdown", True, reason)
+        self.set_read_only_reason("shutdown", True, reason)
 
         def run():
             try:

@@ -95,10 +95,10 @@ class BookieStats:
         self.read_entry_bytes.fail_value(0)
 
     # --- gauges ----------------------------------------------------------------------------------------
-    def register_gauges(self, conf, journal_dirs, ledger_dirs, index_dirs, disk_checker) -> None:
-        """JOURNAL_DIRS and JOURNAL_QUEUE_MAX_SIZE (Java's BookieStats), and the ledger (and, when they are
-        other directories, index) dirs' gauges of Java's LedgerDirsManager."""
-        journals, queue_size = len(journal_dirs), int(conf.get("journalQueueSize"))
+    def register_gauges(self, queue_size: int, journal_dirs, ledger_dirs, index_dirs, disk_checker) -> None:
+        """JOURNAL_DIRS and JOURNAL_QUEUE_MAX_SIZE (journalQueueSize; Java's BookieStats), and the ledger
+        (and, when they are other directories, index) dirs' gauges of Java's LedgerDirsManager."""
+        journals = len(journal_dirs)
         self.logger.gauge("JOURNAL_DIRS", lambda: journals)
         self.logger.gauge("JOURNAL_QUEUE_MAX_SIZE", lambda: queue_size)
         register_dir_gauges(self.logger.scope("ledger"), ledger_dirs, disk_checker)

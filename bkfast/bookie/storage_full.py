@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING, Protocol
 
 from bkfast._stats import now_ns
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.disk_checker import is_no_space
 from bkfast.bookie.journal_index import JournalIndex
-from bkfast.bookie.lac import entry_lac, lac_of_buffer
+from bkfast.bookie.lac import lac_of_buffer
 from bkfast.errors import (
     BKBookieIOException,
     BKNoSuchEntryException,
@@ -49,8 +50,15 @@ from bkfast.errors import (
     WriteCacheFullError,
     missing_entry_error,
 )
+from bkfast.storage.entry_header import entry_lac
+from bkfast.storage.interface import LedgerStorage
 
-__all__ = ["REASON", "StorageFullState"]
+if TYPE_CHECKING:
+    from bkfast.bookie.disk_checker import DiskChecker
+    from bkfast.bookie.journals import JournalSet
+    from bkfast.bookie.settings import BookieSettings
+
+__all__ = ["REASON", "StorageFullState", "ReplayingBookie"]
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +69,29 @@ def _no_room(error: BaseException | None) -> bool:
     return isinstance(error, WriteCacheFullError) or is_no_space(error)
 
 
+class ReplayingBookie(Protocol):
+    """What this state reads and calls of the Bookie it belongs to (a Protocol: the Bookie imports this
+    module, so this module cannot import it)."""
+
+    settings: BookieSettings
+    journals: JournalSet
+    storage: LedgerStorage
+    disk_checker: DiskChecker
+    replayed_records: int
+
+    def replay_record(self, record: bytes, lock: bool = False) -> None: ...
+
+    def replayed(self, t0: int, before: int) -> None: ...
+
+    def checkpoint(self) -> tuple[int, int]: ...
+
+    def set_read_only_reason(self, reason: str, on: bool, detail: str) -> None: ...
+
+
 class StorageFullState:
     """The Bookie's state for a ledger disk that was full at start (see the module docstring)."""
 
-    def __init__(self, bookie):
+    def __init__(self, bookie: ReplayingBookie):
         self.bookie = bookie
         self.active = False
         # journal index -> where its replay resumes (the journals not fully replayed); None: all are
@@ -91,22 +118,22 @@ class StorageFullState:
         b = self.bookie
         pending = dict(enumerate(marks))
         try:
-            b.journals.replay(pending, b._replay_record, skip_invalid=b.conf.get("skipInvalidJournalRecord"))
+            b.journals.replay(pending, b.replay_record, skip_invalid=b.settings.skip_invalid_journal_record)
         except ReplayInterrupted as stop:
             cause = stop.__cause__
-            if not _no_room(cause):
-                raise cause from None
+            if cause is None or not _no_room(cause):
+                raise (cause or stop) from None
             self.replay_pending = pending
             log.error("journal replay stopped at %s: ledger storage has no room (%s); the rest is replayed "
                       "once the ledger disk has room again", self.describe_pending(), cause)
-            self._index_rest()
+            self._index_rest(pending)
 
-    def _index_rest(self) -> None:
+    def _index_rest(self, pending: dict[int, journal_mod.LogMark]) -> None:
         b = self.bookie
         try:
             index = JournalIndex.build(
-                [(b.journals.journal_dirs[i], mark) for i, mark in sorted(self.replay_pending.items())],
-                skip_invalid=b.conf.get("skipInvalidJournalRecord"))
+                [(b.journals.journal_dirs[i], mark) for i, mark in sorted(pending.items())],
+                skip_invalid=b.settings.skip_invalid_journal_record)
         except Exception as error:  # noqa: BLE001 - still start read-only; reads of those records answer EIO
             log.error("journal-served entries: 0: indexing the unreplayed journal records failed: %s", error)
             return
@@ -132,7 +159,7 @@ class StorageFullState:
         b = self.bookie
         if self.replay_pending is not None:
             detail = f"journal replay stopped at {self.describe_pending()}: the ledger disk is full"
-        elif getattr(b.storage, "read_only", False):
+        elif b.storage.read_only:
             detail = "ledger storage indexes opened read-only: the ledger disk is full"
         else:
             try:
@@ -145,7 +172,7 @@ class StorageFullState:
         log.error("bookie starts read-only: %s", detail)
         self.active = True
         b.disk_checker.full = True          # writable again only through the checker's low-water mark
-        b._set_read_only_reason(REASON, True, detail)
+        b.set_read_only_reason(REASON, True, detail)
 
     def check_missing(self, error: BaseException) -> None:
         """A read found no such ledger/entry: while records are neither replayed nor indexed, that is an
@@ -164,10 +191,10 @@ class StorageFullState:
         b = self.bookie
         with self._lock:
             try:
-                if getattr(b.storage, "read_only", False):
+                if b.storage.read_only:
                     b.storage.reopen_writable()
                 if self.replay_pending is not None:
-                    self._resume_replay()
+                    self._resume_replay(self.replay_pending)
                 b.checkpoint()
             except Exception as error:  # noqa: BLE001 - still no room (or another I/O error): stay read-only
                 log.warning("the ledger disk has room (%s) but ledger storage still cannot take the journal: "
@@ -176,10 +203,10 @@ class StorageFullState:
                 return False
             self.active = False
         log.info("ledger storage has room again and the journal is fully replayed")
-        b._set_read_only_reason(REASON, False, detail)
+        b.set_read_only_reason(REASON, False, detail)
         return True
 
-    def _resume_replay(self) -> None:
+    def _resume_replay(self, pending: dict[int, journal_mod.LogMark]) -> None:
         b = self.bookie
         index = self.index
 
@@ -187,23 +214,22 @@ class StorageFullState:
             # The bookie serves meanwhile: meta records take the ledger lock as the request path does.
             r = journal_mod.parse_record(record)
             if r.kind == journal_mod.RecordKind.ENTRY:
-                b._replay_record(record)
+                b.replay_record(record)
                 if index is not None:
                     index.forget_entry(r.scope_id, r.ledger_id, r.entry_id)
             else:
-                with b._ledger_lock:
-                    b._replay_record(record)
+                b.replay_record(record, lock=True)
 
         before = b.replayed_records
         t0 = now_ns()
         try:
             # Each journal resumes where it stopped; replay_pending keeps the positions if it stops again.
-            b.journals.replay(self.replay_pending, visit, skip_invalid=b.conf.get("skipInvalidJournalRecord"),
+            b.journals.replay(pending, visit, skip_invalid=b.settings.skip_invalid_journal_record,
                               before_journal_ids=self._first_new_journals)
         except ReplayInterrupted as stop:
             log.warning("journal-served entries: %d are still read from the journal files",
                         self.journal_served_entries)
-            raise stop.__cause__ from None
+            raise (stop.__cause__ or stop) from None
         finally:
             b.replayed(t0, before)
         # Dropped before replay_pending: the checkpoint that follows may delete the journals it pointed into.

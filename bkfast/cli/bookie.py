@@ -22,6 +22,17 @@ from bkfast.conf import ServerConfiguration
 from bkfast.errors import ConfigurationError, MetadataError, StorageCorruptionError
 
 
+def overrides_of(items) -> dict[str, str]:
+    """The -D KEY=VALUE options of a server command as configuration overrides."""
+    values = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="-D")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value
+    return values
+
+
 @click.command("bookie")
 @click.option("--conf", "conf_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="bk_server.conf-style properties file (BookKeeper key names).")
@@ -42,12 +53,7 @@ from bkfast.errors import ConfigurationError, MetadataError, StorageCorruptionEr
               help="Show the traceback of an error that stops the start.")
 def bookie(conf_path, overrides, port, read_only, no_metadata, log_level, verbose) -> None:
     """Run a bookie: journal replay, then serve v2 and v3 on listeningInterface:bookiePort."""
-    values = {}
-    for item in overrides:
-        if "=" not in item:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="-D")
-        key, value = item.split("=", 1)
-        values[key.strip()] = value
+    values = overrides_of(overrides)
     if port is not None:
         values["bookiePort"] = port
         if port == 0:

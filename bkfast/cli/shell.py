@@ -11,7 +11,7 @@ import click
 
 from bkfast.admin import cluster as admin_cluster
 
-from .shell_common import common_options, emit, json_option, progress, zk_of
+from .shell_common import common_options, emit, json_option, on_zk, progress, zk_of
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,9 +77,7 @@ def nukeexistingcluster(target, instance_id, force, as_json):
 @json_option
 def whatisinstanceid(target, as_json):
     """Print the cluster's instance id."""
-    with zk_of(target) as (zk, root, _layout):
-        iid = admin_cluster.instance_id(zk, root)
-    emit({"instanceId": iid}, as_json, lambda o: o["instanceId"])
+    emit({"instanceId": on_zk(target, admin_cluster.instance_id)}, as_json, lambda o: o["instanceId"])
 
 
 @shell.command()
@@ -91,8 +89,7 @@ def listbookies(target, readwrite, readonly, as_json):
     """List the registered bookies (writable and read-only unless one is asked for)."""
     if readwrite and readonly:
         raise click.UsageError("give --readwrite or --readonly, not both")
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_cluster.list_bookies(zk, root, writable=not readonly, read_only=not readwrite)
+    out = on_zk(target, admin_cluster.list_bookies, writable=not readonly, read_only=not readwrite)
     emit(out, as_json, lambda rows: [f"{r['bookieId']}\t{r['host']}:{r['port']}\t"
                                      f"{'read-only' if r['readOnly'] else 'writable'}" for r in rows])
 
@@ -131,9 +128,7 @@ def bookieinfo(target, as_json):
 @json_option
 def clusterinfo(target, as_json):
     """Bookie counts, the auditor, under-replicated ledgers and the instance id."""
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_cluster.cluster_info(zk, root)
-    emit(out, as_json, lambda o: [f"{k}: {v}" for k, v in o.items()])
+    emit(on_zk(target, admin_cluster.cluster_info), as_json, lambda o: [f"{k}: {v}" for k, v in o.items()])
 
 
 def _register() -> None:

@@ -13,7 +13,8 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import click
 
@@ -30,8 +31,10 @@ from bkfast.admin.common import (
 from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.ids import MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_SCOPE_ID
 
-__all__ = ["common_options", "ledger_options", "json_option", "Target", "emit", "progress", "zk_of", "client_of",
-           "ref_of", "BOOKIE_ID", "BOOKIE_IDS", "LEDGER_ID", "SCOPE_ID", "ENTRY_ID", "LAST_ENTRY_ID"]
+__all__ = ["common_options", "ledger_options", "json_option", "Target", "emit", "progress", "zk_of", "on_zk",
+           "client_of", "ref_of", "BOOKIE_ID", "BOOKIE_IDS", "LEDGER_ID", "SCOPE_ID", "ENTRY_ID", "LAST_ENTRY_ID"]
+
+T = TypeVar("T")
 
 
 class Target:
@@ -200,6 +203,13 @@ def zk_of(target: Target, cluster: bool = True) -> Iterator[tuple]:
         if cluster:
             require_cluster(zk, root, hosts)
         yield zk, root, layout
+
+
+def on_zk(target: Target, operation: Callable[..., T], *args, **kwargs) -> T:
+    """`operation(zk, root, *args, **kwargs)`, one admin operation on the target's cluster, on a session of
+    its own (the commands that are nothing more)."""
+    with zk_of(target) as (zk, root, _layout):
+        return operation(zk, root, *args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import click
 
 from bkfast.admin import racks as admin_racks
 
-from .shell_common import BOOKIE_ID, client_of, common_options, emit, json_option, zk_of
+from .shell_common import BOOKIE_ID, client_of, common_options, emit, json_option, on_zk, zk_of
 
 __all__ = ["COMMANDS"]
 
@@ -29,8 +29,7 @@ def _line(row: dict) -> str:
 @json_option
 def setbookierack(target, bookie, rack, group, hostname, as_json):
     """Set the rack of BOOKIE (host:port) in the bookie rack table (Pulsar's /bookies)."""
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_racks.set_bookie_rack(zk, root, bookie, rack, group, hostname)
+    out = on_zk(target, admin_racks.set_bookie_rack, bookie, rack, group, hostname)
     emit(out, as_json, lambda row: "set " + _line(row))
 
 
@@ -40,9 +39,7 @@ def setbookierack(target, bookie, rack, group, hostname, as_json):
 @json_option
 def getbookierack(target, bookie, as_json):
     """Print the rack of BOOKIE from the bookie rack table."""
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_racks.get_bookie_rack(zk, root, bookie)
-    emit(out, as_json, _line)
+    emit(on_zk(target, admin_racks.get_bookie_rack, bookie), as_json, _line)
 
 
 @click.command()
@@ -51,9 +48,7 @@ def getbookierack(target, bookie, as_json):
 @json_option
 def deletebookierack(target, bookie, as_json):
     """Remove BOOKIE from the bookie rack table (it goes back to the default rack)."""
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_racks.delete_bookie_rack(zk, root, bookie)
-    emit(out, as_json, lambda o: f"deleted the rack of {o['bookie']}")
+    emit(on_zk(target, admin_racks.delete_bookie_rack, bookie), as_json, lambda o: f"deleted the rack of {o['bookie']}")
 
 
 @click.command()
@@ -61,8 +56,7 @@ def deletebookierack(target, bookie, as_json):
 @json_option
 def listbookieracks(target, as_json):
     """List the bookie rack table: every group, bookie and rack."""
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_racks.list_bookie_racks(zk, root)
+    out = on_zk(target, admin_racks.list_bookie_racks)
 
     def text(table):
         if not table:

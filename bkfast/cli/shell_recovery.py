@@ -99,15 +99,16 @@ def recover(target, bookies, target_bookie, dry_run, skip_open, ledger_id, rate,
 @json_option
 def autorecovery(target, enable, disable, status, as_json):
     """Enable, disable or show AutoRecovery (the underreplication/disable znode)."""
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     if sum((enable, disable, status)) > 1:
         raise click.UsageError("give one of --enable, --disable, --status")
     with zk_of(target) as (zk, root, _layout):
         if enable or disable:
-            out = admin_ops.set_autorecovery(zk, root, enable)
+            out = admin_ops.set_autorecovery(ZkUnderReplicationManager(zk, root), enable)
         else:
-            out = admin_ops.autorecovery_status(zk, root)
+            out = admin_ops.autorecovery_status(ZkUnderReplicationManager(zk, root))
     emit(out, as_json, lambda o: f"autorecovery is {'enabled' if o['enabled'] else 'disabled'}")
 
 
@@ -121,10 +122,11 @@ def autorecovery(target, enable, disable, status, as_json):
 @json_option
 def listunderreplicated(target, missing, excluding, print_missing, as_json):
     """List the ledgers marked under-replicated."""
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     with zk_of(target) as (zk, root, _layout):
-        rows = admin_ops.list_under_replicated(zk, root, missing, excluding)
+        rows = admin_ops.list_under_replicated(ZkUnderReplicationManager(zk, root), missing, excluding)
 
     def text(rows):
         if not rows:
@@ -145,10 +147,11 @@ def listunderreplicated(target, missing, excluding, print_missing, as_json):
 @json_option
 def whoisauditor(target, as_json):
     """Print the elected auditor."""
+    from bkfast.meta.zk_election import ZkAuditorElection
     from bkfast.replication import admin_ops
 
     with zk_of(target) as (zk, root, _layout):
-        auditor = admin_ops.who_is_auditor(zk, root)
+        auditor = admin_ops.who_is_auditor(ZkAuditorElection(zk, root))
     emit({"auditor": auditor}, as_json, lambda o: f"Auditor: {o['auditor']}" if o["auditor"] else "no auditor elected")
 
 
@@ -157,10 +160,12 @@ def whoisauditor(target, as_json):
 @json_option
 def triggeraudit(target, as_json):
     """Make the auditor audit the bookies now."""
+    from bkfast.meta.zk_election import ZkAuditorElection
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     with zk_of(target) as (zk, root, _layout):
-        out = admin_ops.trigger_audit(zk, root)
+        out = admin_ops.trigger_audit(ZkUnderReplicationManager(zk, root), ZkAuditorElection(zk, root))
     emit(out, as_json, lambda o: f"audit triggered on {o['auditor']}")
 
 
@@ -171,15 +176,16 @@ def triggeraudit(target, as_json):
 @json_option
 def lostbookierecoverydelay(target, get, seconds, as_json):
     """Get or set lostBookieRecoveryDelay (seconds before a lost bookie's ledgers are marked)."""
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     if get and seconds is not None:
         raise click.UsageError("give --get or --set, not both")
     with zk_of(target) as (zk, root, _layout):
         if seconds is not None:
-            value = admin_ops.set_lost_bookie_recovery_delay(zk, root, seconds)
+            value = admin_ops.set_lost_bookie_recovery_delay(ZkUnderReplicationManager(zk, root), seconds)
         else:
-            value = admin_ops.get_lost_bookie_recovery_delay(zk, root)
+            value = admin_ops.get_lost_bookie_recovery_delay(ZkUnderReplicationManager(zk, root))
     emit({"lostBookieRecoveryDelay": value}, as_json,
          lambda o: f"lostBookieRecoveryDelay value: {o['lostBookieRecoveryDelay']}")
 
@@ -190,10 +196,11 @@ def lostbookierecoverydelay(target, get, seconds, as_json):
 @json_option
 def decommissionbookie(target, bookie_id, as_json):
     """Re-replicate every ledger off BOOKIE_ID, then remove its cookie."""
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     with client_of(target) as bk, zk_of(target) as (zk, root, _layout), _recovery_bar(not as_json) as bar:
-        out = admin_ops.decommission_bookie(bk, zk, root, bookie_id, progress=bar)
+        out = admin_ops.decommission_bookie(bk, ZkUnderReplicationManager(zk, root), bookie_id, progress=bar)
     emit(out, as_json, lambda o: (f"decommissioned {o['bookieId']}: {o['ledgersReplicated']} ledgers, "
                                   f"{o['entriesCopied']} entries re-replicated; cookie "
                                   f"{'deleted' if o['cookieDeleted'] else 'was absent'}"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import struct
 import threading
 import time
 from pathlib import Path
@@ -56,13 +55,13 @@ from bkfast.errors import (
     missing_entry_error,
 )
 from bkfast.stats import StatsLogger, StatsRegistry
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entry_header import entry_lac
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
 
 log = logging.getLogger(__name__)
 
-_LONG = struct.Struct(">q")
 _READ_AHEAD_MAX_BYTES = 4 << 20  # cap per miss when dbStorage_readAheadCacheBatchBytesSize is off
 _MAX_RUN_CONTINUATIONS = 4096   # ledgers whose next read-ahead start is remembered (cleared when full)
 FULL_DISK_MAX_WAIT_S = 0.5   # an add's wait for cache room while the index is read-only (full disk)
@@ -79,7 +78,8 @@ class SingleDirectoryDbLedgerStorage:
         current = self.index_dir / "current"
         current.mkdir(parents=True, exist_ok=True)
         self._owns_logger = entry_logger is None
-        self._entry_logger = entry_logger if entry_logger is not None else EntryLogger([self.ledger_dir], conf)
+        self._entry_logger = (entry_logger if entry_logger is not None
+                              else EntryLogger([self.ledger_dir], EntryLoggerSettings.from_conf(conf)))
         block_cache = conf.db_storage_rocksdb_block_cache_size
         block_cache = int(block_cache) if block_cache is not None else 32 << 20
         self._locations = LocationIndex(current, block_cache)
@@ -343,7 +343,7 @@ class SingleDirectoryDbLedgerStorage:
 
     def get_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
         data = self.get_entry(ledger_id, -1, scope_id)
-        return _LONG.unpack_from(data, 25 if data[0] & 0x80 else 16)[0]
+        return entry_lac(data)
 
     def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
         ids = set(self._locations.entries(scope_id, ledger_id))

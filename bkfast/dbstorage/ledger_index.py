@@ -10,10 +10,11 @@ and parses it on lookup (~0.4 us): a bookie may hold millions of ledgers.
 Must never: list the storage-state key -0xeefd as a ledger (it holds Java's 8-byte storage flags), or
 drop fields it does not change (limbo is preserved on every update).
 
-Durability: every update is written through to RocksDB at once. A fence is written with sync=True: a
-fence must survive a crash even if the Bookie's journal record of it were lost. Master keys and explicit
-LACs are written without sync (their journal records cover a crash) and made durable by sync(), which
-the storage calls at every flush/checkpoint — before the Bookie moves its lastMark past those records.
+Durability: every update is written through to RocksDB at once, without a sync: master keys, fences and
+explicit LACs alike. Their journal records cover a crash (replay re-applies them), and sync(), which the
+storage calls at every flush/checkpoint, makes them durable here before the Bookie moves its lastMark past
+those records. Never a synced write on an update: the Bookie updates from the reactor thread (a fence
+stalled every connection for a RocksDB WAL fsync, issue 26).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class LedgerMetadataIndex(ScopedStorePair):
             return self._plain, _LONG.pack(ledger_id)
         return self._open_scoped(), _KEY128.pack(scope_id, ledger_id)
 
-    def _write(self, scope_id: int, ledger_id: int, data: LedgerData, sync: bool = False) -> None:
+    def _write(self, scope_id: int, ledger_id: int, data: LedgerData) -> None:
         """Write through to RocksDB, then replace the in-memory copy.
 
         A store opened read-only on a full disk keeps the record pending (memory only) until
@@ -89,7 +90,7 @@ class LedgerMetadataIndex(ScopedStorePair):
         if store.read_only:
             self._pending[key if not scope_id else b"s" + key] = (store, key, value)
         else:
-            store.put(key, value, sync=sync)
+            store.put(key, value)
         self._ledgers[qualified_key(scope_id, ledger_id)] = value
 
     def sync(self) -> None:
@@ -167,13 +168,14 @@ class LedgerMetadataIndex(ScopedStorePair):
             self._write(scope_id, ledger_id, new)
 
     def set_fenced(self, scope_id: int, ledger_id: int) -> bool:
-        """Fence the ledger (durably, sync write); True if it was not fenced before."""
+        """Fence the ledger (durable at the next sync(); see the module's Durability); True if it was not
+        fenced before."""
         with self._lock:
             old = self._required(scope_id, ledger_id)
             if old.fenced:
                 return False
             old.fenced = True                   # a parsed copy: the stored record changes in _write
-            self._write(scope_id, ledger_id, old, sync=True)
+            self._write(scope_id, ledger_id, old)
             return True
 
     def set_explicit_lac(self, scope_id: int, ledger_id: int, lac: bytes) -> None:

@@ -61,21 +61,7 @@ class ReadCache:
         return None
 
     def put(self, key: int, entry_id: int, data: bytes) -> None:
-        need = len(data) + _ENTRY_OVERHEAD
-        if need > self._segment_size:
-            return
-        with self._lock:
-            newest = self._segments[0]
-            if newest.size + need > self._segment_size:
-                newest = _Segment()
-                self._segments = (newest,) + self._segments[: self._segments_max - 1]
-            entries = newest.ledgers.get(key)
-            if entries is None:
-                entries = newest.ledgers[key] = {}
-            if entry_id not in entries:
-                newest.count += 1
-                newest.size += need
-            entries[entry_id] = data
+        self.put_run(key, [(entry_id, 0, data)])
 
     def put_run(self, key: int, run: list[tuple[int, int, bytes]]) -> None:
         """put() for each (entry_id, location, data) of a read-ahead run, under one lock."""

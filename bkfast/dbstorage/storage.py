@@ -114,8 +114,9 @@ class DbLedgerStorage:
         return self._dir(ledger_id, scope_id).ledger_exists(ledger_id, scope_id)
 
     def set_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:
-        """Fence the ledger, durably (synced RocksDB write); True if it was not fenced before.
-        BKNoSuchLedgerExistsException when the ledger has no master key yet."""
+        """Fence the ledger; True if it was not fenced before. Durable at the next flush/checkpoint (the
+        Bookie's journal record covers it until then). BKNoSuchLedgerExistsException when the ledger has
+        no master key yet."""
         return self._dir(ledger_id, scope_id).set_fenced(ledger_id, scope_id)
 
     def is_fenced(self, ledger_id: int, scope_id: int = 0) -> bool:

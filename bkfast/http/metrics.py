@@ -106,14 +106,18 @@ class _StatusCounter:
         yield family
 
 
-class _JournalCollector:
-    """Journal counters exposed as Prometheus counters, read from the Journal at scrape time."""
+class _BookieStateCollector:
+    """A collector that reads the bookie's state when scraped (nothing to describe before that)."""
 
     def __init__(self, bookie):
         self.bookie = bookie
 
     def describe(self):
         return []
+
+
+class _JournalCollector(_BookieStateCollector):
+    """Journal counters exposed as Prometheus counters, read from the Journal at scrape time."""
 
     def collect(self):
         journal = self.bookie.journal
@@ -129,14 +133,8 @@ class _JournalCollector:
             yield family
 
 
-class _GcCollector:
+class _GcCollector(_BookieStateCollector):
     """Garbage collection and compaction state, read from the bookie's collector at scrape time."""
-
-    def __init__(self, bookie):
-        self.bookie = bookie
-
-    def describe(self):
-        return []
 
     def collect(self):
         gc = getattr(self.bookie, "gc", None)

@@ -10,8 +10,10 @@ Must never: decide when data is durable (the ledger cache calls write_header/wri
 page cache of its own, or create the file before there is something to write (a ledger seen only in
 memory leaves no file behind).
 
-Threads: the ledger cache serialises every call except sync(), which takes `io_lock` itself so that a
-concurrent close() cannot pull the descriptor away.
+Threads: the ledger cache changes the state (header fields, pages) under its lock and writes it out
+without that lock, from snapshots (header_bytes(), copies of pages): write_header(raw), write_page,
+sync and close take `io_lock` themselves, so a concurrent close() cannot pull the descriptor away, and
+after unlink() nothing writes (or re-creates) the file of a deleted ledger.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ class FileInfo:
 
     __slots__ = ("scope_id", "ledger_id", "path", "version", "master_key", "state_bits", "explicit_lac",
                  "header_dirty", "fd", "data_size", "pages", "dirty_pages", "last_entry", "io_lock",
-                 "write_seq", "synced_seq", "created")
+                 "write_seq", "synced_seq", "created", "removed")
 
     def __init__(self, scope_id: int, ledger_id: int, path: Path, version: int):
         self.scope_id = scope_id
@@ -111,6 +113,7 @@ class FileInfo:
         self.write_seq = 0
         self.synced_seq = 0
         self.created = False            # the file was created by this process and its dir not yet synced
+        self.removed = False            # unlink()ed: writes are dropped, the file is never re-created
 
     def name(self) -> str:
         return f"ledger {self.ledger_id}" + (f" (scope {self.scope_id})" if self.scope_id else "")
@@ -145,16 +148,26 @@ class FileInfo:
         info.fd = fd
         return info
 
-    def _create(self) -> None:
+    def _create(self) -> int:
+        """Create (or, after a crash, reopen) the file; its descriptor."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             # A file left by a crash before its ledger's header was durable: rewrite its header.
-            self.fd = os.open(self.path, os.O_RDWR)
-            self.data_size = max(0, os.fstat(self.fd).st_size - START_OF_DATA)
+            fd = os.open(self.path, os.O_RDWR)
+            self.data_size = max(0, os.fstat(fd).st_size - START_OF_DATA)
+        self.fd = fd
         self.created = True
         self.header_dirty = True
+        return fd
+
+    def _open_fd(self) -> int:
+        """The descriptor once write_header has created the file."""
+        fd = self.fd
+        if fd is None:
+            raise StorageCorruptionError(f"index file {self.path} written before its header")
+        return fd
 
     # -- I/O (called with the ledger cache lock held, except sync) ---------------------------------
 
@@ -170,20 +183,29 @@ class FileInfo:
         page[:len(raw)] = raw
         return page
 
-    def write_header(self) -> None:
+    def header_bytes(self) -> bytes:
+        """The header as it stands (the ledger cache takes it under its lock, writes it later)."""
+        return build_header(self.version, self.master_key, self.state_bits, self.explicit_lac)
+
+    def write_header(self, raw: bytes | None = None) -> None:
+        """Write `raw` (header_bytes() taken earlier; header_dirty is then the caller's) or the header as
+        it stands, creating the file if needed."""
         with self.io_lock:
-            if self.fd is None:
-                self._create()
-            os.pwrite(self.fd, build_header(self.version, self.master_key, self.state_bits, self.explicit_lac), 0)
-            self.header_dirty = False
+            if self.removed:
+                return
+            fd = self.fd if self.fd is not None else self._create()
+            os.pwrite(fd, self.header_bytes() if raw is None else raw, 0)
+            if raw is None:
+                self.header_dirty = False
             self.write_seq += 1
 
     def write_page(self, page_no: int, page: bytes | bytearray) -> None:
-        if self.fd is None or self.header_dirty:
-            self.write_header()
+        """Write one page; the header (which creates the file) is written first by the caller."""
         with self.io_lock:
+            if self.removed:
+                return
             offset = page_no * len(page)
-            written = os.pwrite(self.fd, page, START_OF_DATA + offset)
+            written = os.pwrite(self._open_fd(), page, START_OF_DATA + offset)
             if written != len(page):
                 raise OSError(errno.EIO, f"short write of index page {page_no} to {self.path}")
             self.data_size = max(self.data_size, offset + len(page))
@@ -214,6 +236,8 @@ class FileInfo:
                 self.fd = None
 
     def unlink(self) -> None:
+        with self.io_lock:
+            self.removed = True
         self.close()
         try:
             self.path.unlink()

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bkfast._stats import now_ns
 from bkfast.codec import peek_entry_ids
@@ -36,13 +35,13 @@ from bkfast.errors import (
 from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
 from bkfast.indexstorage.memtable import Memtable
 from bkfast.stats import StatsLogger, StatsRegistry
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entry_header import entry_lac
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 
 __all__ = ["IndexedLedgerStorage"]
 
 log = logging.getLogger(__name__)
 
-_LONG = struct.Struct(">q")
 
 
 class IndexedLedgerStorage:
@@ -60,7 +59,8 @@ class IndexedLedgerStorage:
         self.ledger_dirs = ledger_dirs
         self.index_dirs = index_dirs
         self._owns_logger = entry_logger is None
-        self._logger = entry_logger if entry_logger is not None else EntryLogger(ledger_dirs, conf)
+        self._logger = (entry_logger if entry_logger is not None
+                        else EntryLogger(ledger_dirs, EntryLoggerSettings.from_conf(conf)))
         open_limit = conf.get("openFileLimit", None)
         self._cache = LedgerCache(
             index_dirs, int(conf.page_size), int(conf.page_limit),
@@ -188,6 +188,22 @@ class IndexedLedgerStorage:
                 raise
             return self._logger.read_entry(ledger_id, entry_id, moved, scope_id)
 
+    def set_room_listener(self, listener: Callable[[], None]) -> None:
+        """Keeps no listener: adds never wait for room here (the memtable takes every add and a background
+        thread drains it), so there is never a StorageBusyError to announce the end of."""
+
+    def set_error_listener(self, listener: Callable[[BaseException], None]) -> None:
+        """Keeps no listener: a failed memtable drain keeps its snapshot (last_flush_error) and the next
+        flush() drains it again and raises, so the Bookie's checkpoint sees the error."""
+
+    @property
+    def read_only(self) -> bool:
+        """Always False: `.idx` files have no read-only open (a full disk fails the flush instead)."""
+        return False
+
+    def reopen_writable(self) -> None:
+        """Nothing to reopen (never read_only)."""
+
     def record_adds(self, nanos_each: int) -> None:
         """(The storages' common contract: Java's file-based storages keep no add_entry stat.)"""
 
@@ -202,7 +218,7 @@ class IndexedLedgerStorage:
     def get_last_add_confirmed(self, ledger_id: int, scope_id: int = 0) -> int:
         """The LAC piggy-backed on the ledger's last entry (offset 16; 25 for a scoped entry)."""
         data = self.get_entry(ledger_id, -1, scope_id)
-        return _LONG.unpack_from(data, 25 if data[0] & 0x80 else 16)[0]
+        return entry_lac(data)
 
     def entries_of_ledger(self, ledger_id: int, scope_id: int = 0) -> list[int]:
         ids = set(self._cache.entries(scope_id, ledger_id))

@@ -40,6 +40,7 @@ import logging
 import os
 import struct
 import time
+from typing import NamedTuple
 
 from twisted.internet import error as terror
 from twisted.internet import protocol, task
@@ -80,32 +81,22 @@ _V3_FIELD = ("addResponse", "readResponse", "readResponse", "readLacResponse", "
 CONNECTING, CONNECTED, CLOSED = "connecting", "connected", "closed"
 
 
-class LongPollResult(tuple):
+class LongPollResult(NamedTuple):
     """A long-poll read's answer: the entry after previousLAC (or None) and the bookie's maxLAC (or None)."""
 
-    __slots__ = ()
-
-    def __new__(cls, entry, lac):
-        return tuple.__new__(cls, (entry, lac))
-
-    entry = property(lambda self: self[0])
-    lac = property(lambda self: self[1])
+    entry: object
+    lac: int | None
 
     def __repr__(self):
-        size = None if self[0] is None else len(self[0])
-        return f"LongPollResult(entry={size and f'<{size} bytes>'}, lac={self[1]})"
+        size = None if self.entry is None else len(self.entry)
+        return f"LongPollResult(entry={size and f'<{size} bytes>'}, lac={self.lac})"
 
 
-class ReadLacResult(tuple):
+class ReadLacResult(NamedTuple):
     """A READ_LAC answer: the explicit-LAC buffer (spec §3.5) and the last stored entry, each or None."""
 
-    __slots__ = ()
-
-    def __new__(cls, lac_buffer, last_entry):
-        return tuple.__new__(cls, (lac_buffer, last_entry))
-
-    lac_buffer = property(lambda self: self[0])
-    last_entry = property(lambda self: self[1])
+    lac_buffer: object
+    last_entry: object
 
 
 class PendingRequest(Deferred):

@@ -73,6 +73,14 @@ _monotonic = time.monotonic
 _len = struct.Struct(">I").pack
 
 
+def _unsent(err: Exception, what: str) -> defer.Deferred:
+    """A request that failed before it was sent: its own BKError, or a bad argument (the protobuf or
+    frame encoder refused it) as BKIncorrectParameterException naming `what`."""
+    if isinstance(err, BKError):
+        return defer.fail(err)
+    return defer.fail(BKIncorrectParameterException(f"bad {what}: {err}"))
+
+
 def _frame(request) -> bytes:
     data = request.SerializeToString()
     return _len(len(data)) + data
@@ -283,11 +291,8 @@ class BookieClient:
                 a.ClearField("ledgerScopeId")
             ch.send_v3(_frame(r), req)
             return req
-        except BKError as err:
-            return defer.fail(err)
-        except (ValueError, TypeError) as err:
-            return defer.fail(BKIncorrectParameterException(
-                f"bad add of ledger {ledger_id} entry {entry_id} for bookie {bookie_id}: {err}"))
+        except (BKError, ValueError, TypeError) as err:
+            return _unsent(err, f"add of ledger {ledger_id} entry {entry_id} for bookie {bookie_id}")
 
     def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
                    master_key: bytes | None = None, high_priority: bool = False, scope_id: int = 0,
@@ -320,11 +325,8 @@ class BookieClient:
                 rr.ledgerScopeId = scope_field(scope_id)
             ch.send_v3(_frame(r), req)
             return req
-        except BKError as err:
-            return defer.fail(err)
-        except (ValueError, TypeError) as err:
-            return defer.fail(BKIncorrectParameterException(
-                f"bad read of ledger {ledger_id} entry {entry_id} for bookie {bookie_id}: {err}"))
+        except (BKError, ValueError, TypeError) as err:
+            return _unsent(err, f"read of ledger {ledger_id} entry {entry_id} for bookie {bookie_id}")
 
     def read_entry_long_poll(self, bookie_id: str, ledger_id: int, entry_id: int, previous_lac: int,
                              timeout_ms: int, *, piggyback_entry: bool = True,
@@ -390,8 +392,5 @@ class BookieClient:
                     sub.ledgerScopeId = scope
             ch.send_v3(_frame(r), req)
             return req
-        except BKError as err:
-            return defer.fail(err)
-        except (ValueError, TypeError) as err:
-            return defer.fail(BKIncorrectParameterException(
-                f"bad request for ledger {ledger_id} to bookie {bookie_id}: {err}"))
+        except (BKError, ValueError, TypeError) as err:
+            return _unsent(err, f"request for ledger {ledger_id} to bookie {bookie_id}")

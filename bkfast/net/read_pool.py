@@ -22,12 +22,14 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from typing import cast
 
 from bkfast.errors import BKError
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
+_Job = tuple[Callable[[], object], Callable[[object], None]]    # (read, deliver)
 
 
 class ReadPool:
@@ -38,7 +40,8 @@ class ReadPool:
         self.max_pending_per_thread = max_pending_per_thread if max_pending_per_thread > 0 else 1 << 62
         self.max_queue_size = max_pending_per_thread if max_pending_per_thread > 0 else -1   # Java's: -1 unbounded
         self._after_delivery = after_delivery
-        self._queues = [queue.SimpleQueue() for _ in range(max(1, threads))]
+        self._queues: list[queue.SimpleQueue[_Job | object]] = [     # jobs, or _STOP
+            queue.SimpleQueue() for _ in range(max(1, threads))]
         self._pending = [0] * len(self._queues)
         # Per thread: reads run, reads that raised a non-BKError (each written by its own thread only),
         # reads refused with a full queue (reactor).
@@ -83,7 +86,7 @@ class ReadPool:
             job = q.get()
             if job is _STOP:
                 return
-            read, deliver = job
+            read, deliver = cast(_Job, job)     # not _STOP: a job
             try:
                 result = read()
             except BaseException as error:  # delivered as the read's outcome

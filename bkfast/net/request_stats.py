@@ -87,7 +87,7 @@ class RequestStats:
 
     # --- adds ------------------------------------------------------------------------------------------
     def _metrics_answered(self, n: int, error, took_ns: int) -> None:
-        metrics = getattr(self.bookie, "metrics", None)
+        metrics = self.bookie.metrics if self.bookie is not None else None
         if metrics is not None and n:
             metrics.adds_answered(n, error, took_ns / 1e9)
 

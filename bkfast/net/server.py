@@ -45,18 +45,22 @@ import logging
 import os
 import weakref
 from collections import deque
+from dataclasses import dataclass
+from typing import Any
 
 from twisted.internet import protocol
 from twisted.internet.interfaces import IHandshakeListener
 from zope.interface import implementer
 
+from bkfast.bookie.interface import ServerBookie
+from bkfast.bookie.stats import BookieStats
 from bkfast.codec import FrameBuilder, FrameSplitter
 from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyError
 from bkfast.net import tls as conn_tls
 from bkfast.net import v2_handler, v3_handler
 from bkfast.net.read_pool import ReadPool
 from bkfast.net.request_stats import HIGH_PRIORITY_POOL, READ_POOL, WRITE_POOL, RequestStats
-from bkfast.stats import Counter, OpStats, StatsRegistry, now_ns
+from bkfast.stats import Counter, OpStats, now_ns
 
 log = logging.getLogger(__name__)
 
@@ -101,61 +105,80 @@ def make_dispatcher(reactor):
     return lambda run, batch: reactor.callFromThread(_run_and_flush, run, batch)
 
 
+@dataclass(frozen=True)
+class ServerSettings:
+    """The server's keys as typed values, built once by `from_conf` at the edge (bkfast.server): the factory
+    never parses a configuration. Defaults are BookKeeper's (bkfast.conf_keys)."""
+
+    max_frame_size: int = 5242880                         # nettyMaxFrameSizeBytes
+    max_pending_adds: int = 10000                         # maxPendingAddRequestsPerThread (0: unbounded)
+    tcp_no_delay: bool = True                             # serverTcpNoDelay
+    output_limit: int = 1024 * 1024                       # serverConnectionOutputLimitBytes
+    backpressure_timeout_s: float | None = 60.0           # waitTimeoutOnResponseBackpressureMs (<= 0: None)
+    throttle_s: float = 10.0                              # dbStorage_maxThrottleTimeMs
+    read_threads: int = 8                                 # numReadWorkerThreads (0: reads on the reactor)
+    max_pending_reads: int = 10000                        # maxPendingReadRequestsPerThread
+
+    @classmethod
+    def from_conf(cls, conf) -> ServerSettings:
+        backpressure_ms = conf.get("waitTimeoutOnResponseBackpressureMs")
+        return cls(max_frame_size=conf.get("nettyMaxFrameSizeBytes"),
+                   max_pending_adds=conf.get("maxPendingAddRequestsPerThread") or 0,
+                   tcp_no_delay=conf.get("serverTcpNoDelay"),
+                   output_limit=conf.get("serverConnectionOutputLimitBytes"),
+                   backpressure_timeout_s=backpressure_ms / 1000.0 if backpressure_ms > 0 else None,
+                   throttle_s=max(conf.get("dbStorage_maxThrottleTimeMs"), 0) / 1000.0,
+                   read_threads=conf.get("numReadWorkerThreads"),
+                   max_pending_reads=conf.get("maxPendingReadRequestsPerThread"))
+
+
 class BookieServerFactory(protocol.ServerFactory):
     """Serves one Bookie to any number of connections."""
 
-    def __init__(self, bookie, conf, reactor=None, security=None):
+    def __init__(self, bookie: ServerBookie, settings: ServerSettings, reactor=None, security=None):
+        """`security`: the TLS context and authorizer (bkfast.net.tls.ServerSecurity); None: both off."""
         if reactor is None:
             from twisted.internet import reactor as default_reactor
             reactor = default_reactor
         self.bookie = bookie
-        self.conf = conf
+        self.settings = settings
         self.reactor = reactor
-        self.max_frame_size = conf.get("nettyMaxFrameSizeBytes")
-        self.max_pending_adds = conf.get("maxPendingAddRequestsPerThread") or 0
-        self.tcp_no_delay = conf.get("serverTcpNoDelay")
-        self.output_limit = conf.get("serverConnectionOutputLimitBytes")
-        backpressure_ms = conf.get("waitTimeoutOnResponseBackpressureMs")
-        self.backpressure_timeout_s = backpressure_ms / 1000.0 if backpressure_ms > 0 else None
-        self.throttle_s = max(conf.get("dbStorage_maxThrottleTimeMs"), 0) / 1000.0
+        self.max_frame_size = settings.max_frame_size
+        self.max_pending_adds = settings.max_pending_adds
+        self.tcp_no_delay = settings.tcp_no_delay
+        self.output_limit = settings.output_limit
+        self.backpressure_timeout_s = settings.backpressure_timeout_s
+        self.throttle_s = settings.throttle_s
         self.pending_adds = 0
-        # A Bookie takes a whole read's ADDs in one call; anything else (test doubles) one add at a time.
-        self.batch_adds = hasattr(bookie, "add_entries")
-        self.read_cached = getattr(bookie, "read_entry_cached", None)
+        # The handlers' run fast paths (always on): a socket read's ADDs go to the Bookie in one call, and
+        # plain READs are first looked up in memory.
+        self.batch_adds = True
+        self.read_cached = bookie.read_entry_cached
         # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
-        self.security = security if security is not None else conn_tls.ServerSecurity.from_conf(conf)
+        self.security: conn_tls.ServerSecurity | None = security
         self.connections: set[BookieServerProtocol] = set()
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None
         self._waiting_for_room: set[BookieServerProtocol] = set()
         _FACTORIES.add(self)
-        threads = conf.get("numReadWorkerThreads")
-        self.read_pool = ReadPool(reactor, threads, conf.get("maxPendingReadRequestsPerThread"),
+        threads = settings.read_threads
+        self.read_pool = ReadPool(reactor, threads, settings.max_pending_reads,
                                   flush_all) if threads > 0 else None
         self.pending_reads = 0          # reads on the read pool or waiting as long polls, all connections
         self._init_stats()
-        if hasattr(bookie, "set_room_listener"):
-            bookie.set_room_listener(lambda: reactor.callFromThread(self.room_available))
-        if hasattr(bookie, "add_state_listener"):
-            # Turning read-only (a full disk) answers held adds at once (EREADONLY), not at the deadline.
-            bookie.add_state_listener(lambda read_only: reactor.callFromThread(self.room_available))
+        bookie.set_room_listener(lambda: reactor.callFromThread(self.room_available))
+        # Turning read-only (a full disk) answers held adds at once (EREADONLY), not at the deadline.
+        bookie.add_state_listener(lambda read_only: reactor.callFromThread(self.room_available))
 
     def _init_stats(self) -> None:
         """Java's `bookkeeper_server` stats into the Bookie's stats root (none: a registry that records
         nothing), and the Bookie's own read stats the memory fast path records into."""
-        root = getattr(self.bookie, "stats_root", None)
-        if root is None:
-            root = StatsRegistry(enabled=False).logger()
         pool = self.read_pool
-        self.stats = RequestStats(root, pool.size if pool is not None else 0, self.bookie)
-        self.bookie_stats = bookie_stats = getattr(self.bookie, "stats", None)
-        entry_bytes = getattr(bookie_stats, "read_entry_bytes", None)
-        read_bytes = getattr(bookie_stats, "read_bytes", None)
+        self.stats = RequestStats(self.bookie.stats_root, pool.size if pool is not None else 0, self.bookie)
+        self.bookie_stats: BookieStats | None = self.bookie.stats
         # Handed to the Cython read fast path (typed arguments): per entry size, bytes read.
-        self.entry_bytes = entry_bytes if isinstance(entry_bytes, OpStats) else None
-        self.read_bytes = read_bytes if isinstance(read_bytes, Counter) else None
-        if not isinstance(getattr(bookie_stats, "read_entry", None), OpStats):
-            self.bookie_stats = None
+        self.entry_bytes: OpStats | None = self.bookie.stats.read_entry_bytes
+        self.read_bytes: Counter | None = self.bookie.stats.read_bytes
         self._register_gauges()
 
     def _register_gauges(self) -> None:
@@ -247,6 +270,9 @@ class BookieServerFactory(protocol.ServerFactory):
 @implementer(IHandshakeListener)
 class BookieServerProtocol(protocol.Protocol):
     """One client connection."""
+
+    # Twisted's ITransport is a zope interface, which mypy reads as a class with unbound methods.
+    transport: Any
 
     def __init__(self, factory: BookieServerFactory):
         self.factory = factory
@@ -716,4 +742,5 @@ def _answer_size(result) -> int:
 
 TOO_MANY = BKTooManyRequestsException("the bookie is throttling requests: too many pending")
 
-__all__ = ["BookieServerFactory", "BookieServerProtocol", "make_dispatcher", "CONNECTION_MAX_INFLIGHT_ADDS"]
+__all__ = ["BookieServerFactory", "BookieServerProtocol", "ServerSettings", "make_dispatcher",
+           "CONNECTION_MAX_INFLIGHT_ADDS"]

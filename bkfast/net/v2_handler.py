@@ -9,8 +9,9 @@ Stats (bkfast.net.request_stats): a run of ADDs and of memory reads is recorded 
 other request records its own (READ_ENTRY_REQUEST / ADD_ENTRY_REQUEST from its arrival, the processing
 stat of the thread that ran it). As Java's v2 processors, fencing reads count as plain reads.
 
-Must never: read the disk on the reactor thread (every storage read that may miss memory goes through
-`conn.read_async`), or answer a fencing read before the fence is durable.
+Must never: read the disk or wait for a disk sync on the reactor thread (every storage read that may miss
+memory goes through `conn.read_async`; fences and adds are answered from the journal's completions), or
+answer a fencing read before the fence is durable.
 """
 
 from __future__ import annotations
@@ -213,8 +214,12 @@ def add(conn, r) -> None:
                           high_priority=bool(flags & (FLAG_HIGH_PRIORITY | FLAG_RECOVERY_ADD)))
 
 
-def fence_then(conn, r, then) -> None:
-    """Fence (DO_FENCING) before a read; EUA without a key (spec §6.1)."""
+def fence_if_asked(conn, r, then) -> None:
+    """then() now, or for a fencing read (DO_FENCING) once the fence is durable; EUA without a key
+    (spec §6.1). The Bookie answers the fence from its journal thread: nothing here waits."""
+    if not r.flags & FLAG_DO_FENCING:
+        then()
+        return
     if r.master_key is None:
         error(conn, r, V2Rc.EUA)
         return
@@ -238,10 +243,26 @@ def read(conn, r) -> None:
         read_entry(conn, r.ledger_id, r.entry_id, r.version, arrival, begin)
         conn.respond()
 
-    if r.flags & FLAG_DO_FENCING:
-        fence_then(conn, r, go)
-    else:
-        go()
+    fence_if_asked(conn, r, go)
+
+
+def read_batch(bookie, ledger_id: int, start: int, max_count: int, max_size: int):
+    """Entries from `start` on (read pool): at most max_count, and no more than fit max_size bytes of
+    answer unless it is the first; the error of the first one when it cannot be read."""
+    entries: list[bytes] = []
+    frame_size = 24 + 8 + 4
+    for i in range(max_count):
+        try:
+            data = bookie.read_entry(ledger_id, start + i)
+        except Exception as err:
+            if not entries:
+                return err
+            break
+        frame_size += len(data) + 4
+        if entries and max_size > 0 and frame_size > max_size:
+            break
+        entries.append(data)
+    return entries
 
 
 def batch_read(conn, r) -> None:
@@ -251,39 +272,19 @@ def batch_read(conn, r) -> None:
     arrival, begin = conn.arrival_ns, now_ns()
     ledger_id, start, max_count, max_size = r.ledger_id, r.entry_id, max(r.max_count, 1), r.max_size
 
-    def read_batch():
-        entries = []
-        frame_size = 24 + 8 + 4
-        for i in range(max_count):
-            try:
-                data = bookie.read_entry(ledger_id, start + i)
-            except Exception as err:
-                if not entries:
-                    return err
-                break
-            frame_size += len(data) + 4
-            if entries and max_size > 0 and frame_size > max_size:
-                break
-            entries.append(data)
-        return entries
-
     def deliver(result):
         ok = not isinstance(result, BaseException)
         record(stats.read_request, ok, arrival)
-        if not ok:
-            batch_read_response(conn, v2_rc_for(result), ledger_id, start, r.request_id, (), r.version)
-        else:
-            batch_read_response(conn, V2Rc.EOK, ledger_id, start, r.request_id, result, r.version)
+        rc, entries = (V2Rc.EOK, result) if ok else (v2_rc_for(result), ())
+        batch_read_response(conn, rc, ledger_id, start, r.request_id, entries, r.version)
 
     def go():
-        job = stats.timed(read_batch, stats.read_entry_of(conn.factory.read_pool, ledger_id), arrival, begin)
+        job = stats.timed(lambda: read_batch(bookie, ledger_id, start, max_count, max_size),
+                          stats.read_entry_of(conn.factory.read_pool, ledger_id), arrival, begin)
         conn.read_async(ledger_id, job, deliver)
         conn.respond()
 
-    if r.flags & FLAG_DO_FENCING:
-        fence_then(conn, r, go)
-    else:
-        go()
+    fence_if_asked(conn, r, go)
 
 
 def auth(conn, r) -> None:

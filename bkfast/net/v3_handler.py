@@ -19,6 +19,7 @@ polls READ_ENTRY_LONG_POLL_*).
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 
@@ -82,7 +83,8 @@ def handle_run(conn, frames: list, i: int) -> int:
             took = factory.stats.reads_from_memory(factory.bookie_stats, hits, arrival, t0)
             conn.bookie.count_reads_from_memory(hits, took / 1e9)
             for ledger_id, entry_id, txn, scope in misses:
-                _plain_read(conn, ledger_id, entry_id, scope, _FastReply(conn, txn, arrival), arrival=arrival)
+                _plain_read(conn, ledger_id, entry_id, scope, _Reply.of_fast_read(conn, txn, arrival),
+                            arrival=arrival)
             return j
     request = parse_request(frames[i])
     if request is None:
@@ -115,30 +117,6 @@ def answer_adds(conn, error, ids) -> None:
         add_response(status, ledger_id, entry_id, txn, scope)
 
 
-class _FastReply:
-    """The reply of a fast-path READ_ENTRY answered later (after a read on the pool)."""
-
-    __slots__ = ("conn", "txn", "arrival")
-
-    def __init__(self, conn, txn, arrival: int):
-        self.conn = conn
-        self.txn = txn
-        self.arrival = arrival
-
-    def send(self, status: int, field: str | None = None, **inner) -> None:
-        conn = self.conn
-        record(conn.factory.stats.read_request, status == V3Status.EOK, self.arrival)
-        if not conn.connected:
-            return
-        body = inner.get("body")
-        max_lac = inner.get("maxLAC")
-        ts = inner.get("lacUpdateTimestamp")
-        conn.out.add_v3_read_response(status, inner.get("ledgerId", 0), inner.get("entryId", 0), self.txn, body,
-                                      max_lac is not None, max_lac or 0, ts is not None, ts or 0,
-                                      inner.get("scope", 0))
-        conn.respond()
-
-
 def auth_disabled_message() -> bytes:
     return pb.AuthMessage(authPluginName="AuthDisabledPlugin", payload=b"").SerializeToString()
 
@@ -169,17 +147,51 @@ def _set_scope(msg, scope_id: int) -> None:
         msg.ledgerScopeId = scope_field(scope_id)
 
 
+def _carrying(name: str):
+    """A handler of requests that must carry the `name` message: called with it as `sub`; a request without
+    it is answered EBADREQ and never reaches the handler."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def handler(conn, request, reply) -> None:
+            if not request.HasField(name):
+                reply.send(V3Status.EBADREQ)
+                return
+            fn(conn, request, getattr(request, name), reply)
+
+        return handler
+
+    return wrap
+
+
+def _response_to(header, status: int) -> pb.Response:
+    """A v3 Response to the request with this header: VERSION_THREE, its operation and txnId."""
+    response = pb.Response(status=status)
+    response.header.version = pb.VERSION_THREE
+    response.header.operation = header.operation
+    response.header.txnId = header.txnId
+    return response
+
+
 class _Reply:
-    """Builds and sends one v3 response on a connection; records the request's X_REQUEST `stat` (None:
-    none) from `arrival` when it does."""
+    """One v3 response, sent when the request's answer is known; records the request's X_REQUEST `stat`
+    (None: none) from `arrival` when it does.
 
-    __slots__ = ("conn", "request", "stat", "arrival")
+    Built with protobuf from `request`, or (request None) the answer of a fast-path READ_ENTRY known by
+    its `txn` only, built by the connection's FrameBuilder (byte-identical, see bkfast._codec)."""
 
-    def __init__(self, conn, request, stat=None, arrival: int = 0):
+    __slots__ = ("conn", "request", "stat", "arrival", "txn")
+
+    def __init__(self, conn, request, stat=None, arrival: int = 0, txn: int = 0):
         self.conn = conn
         self.request = request
         self.stat = stat
         self.arrival = arrival
+        self.txn = txn
+
+    @classmethod
+    def of_fast_read(cls, conn, txn: int, arrival: int) -> _Reply:
+        return cls(conn, None, conn.factory.stats.read_request, arrival, txn)
 
     def send(self, status: int, field: str | None = None, **inner) -> None:
         conn = self.conn
@@ -187,11 +199,14 @@ class _Reply:
             record(self.stat, status == V3Status.EOK, self.arrival)
         if not conn.connected:
             return
-        h = self.request.header
-        response = pb.Response(status=status)
-        response.header.version = pb.VERSION_THREE
-        response.header.operation = h.operation
-        response.header.txnId = h.txnId
+        if self.request is None:
+            self._add_fast_read(status, inner)
+        else:
+            conn.out.add_frame(self._response(status, field, inner).SerializeToString())
+        conn.respond()
+
+    def _response(self, status: int, field: str | None, inner: dict) -> pb.Response:
+        response = _response_to(self.request.header, status)
         if field is not None:
             sub = getattr(response, field)
             scope = inner.pop("scope", 0)
@@ -200,8 +215,14 @@ class _Reply:
                 if v is not None:
                     setattr(sub, k, bytes(v) if isinstance(v, (memoryview, bytearray)) else v)
             _set_scope(sub, scope)
-        conn.out.add_frame(response.SerializeToString())
-        conn.respond()
+        return response
+
+    def _add_fast_read(self, status: int, inner: dict) -> None:
+        max_lac = inner.get("maxLAC")
+        ts = inner.get("lacUpdateTimestamp")
+        self.conn.out.add_v3_read_response(status, inner.get("ledgerId", 0), inner.get("entryId", 0), self.txn,
+                                           inner.get("body"), max_lac is not None, max_lac or 0, ts is not None,
+                                           ts or 0, inner.get("scope", 0))
 
 
 def handle(conn, request) -> None:
@@ -228,11 +249,8 @@ def handle(conn, request) -> None:
     fn(conn, request, reply)
 
 
-def _add(conn, request, reply) -> None:
-    if not request.HasField("addRequest"):
-        reply.send(V3Status.EBADREQ)
-        return
-    a = request.addRequest
+@_carrying("addRequest")
+def _add(conn, request, a, reply) -> None:
     ledger_id, entry_id, scope = a.ledgerId, a.entryId, _scope(a)
     stats = conn.factory.stats
     if conn.too_many_adds():
@@ -292,7 +310,7 @@ def _plain_read(conn, ledger_id: int, entry_id: int, scope: int, reply, with_lac
                    maxLAC=max_lac)
 
     start = now_ns()
-    cached = bookie.read_entry_cached(ledger_id, entry_id, scope) if hasattr(bookie, "read_entry_cached") else None
+    cached = bookie.read_entry_cached(ledger_id, entry_id, scope)
     if cached is not None:
         if arrival is not None:
             stats.read_scheduling_delay.ok_ns(start - arrival)
@@ -306,11 +324,8 @@ def _plain_read(conn, ledger_id: int, entry_id: int, scope: int, reply, with_lac
                                            arrival, begin), send)
 
 
-def _read(conn, request, reply) -> None:
-    if not request.HasField("readRequest"):
-        reply.send(V3Status.EBADREQ)
-        return
-    r = request.readRequest
+@_carrying("readRequest")
+def _read(conn, request, r, reply) -> None:
     ledger_id, entry_id, scope = r.ledgerId, r.entryId, _scope(r)
     stats = conn.factory.stats
     if r.HasField("flag") and r.flag == pb.ReadRequest.FENCE_LEDGER:
@@ -448,26 +463,27 @@ def _long_poll_answer(conn, ledger_id: int, entry_id: int, scope: int, reply, pi
                                                stats.long_poll_read, None, begin), send)
 
 
-def _write_lac(conn, request, reply) -> None:
-    if not request.HasField("writeLacRequest"):
-        reply.send(V3Status.EBADREQ)
-        return
-    w = request.writeLacRequest
-    ledger_id, scope = w.ledgerId, _scope(w)
-    stats, start = conn.factory.stats, now_ns()
+def _answer_when_durable(reply, stat, field: str, ledger_id: int, scope: int):
+    """The Bookie callback of a request answered once what it asked for is durable (a journal sync, on the
+    journal thread: the reactor never waits for it); `stat` records the time from now to then."""
+    start = now_ns()
 
     def done(error):
-        record(stats.write_lac, error is None, start)       # until the LAC record is durable
-        reply.send(_status(error), "writeLacResponse", ledgerId=ledger_id, scope=scope)
+        record(stat, error is None, start)
+        reply.send(_status(error), field, ledgerId=ledger_id, scope=scope)
 
+    return done
+
+
+@_carrying("writeLacRequest")
+def _write_lac(conn, request, w, reply) -> None:
+    ledger_id, scope = w.ledgerId, _scope(w)
+    done = _answer_when_durable(reply, conn.factory.stats.write_lac, "writeLacResponse", ledger_id, scope)
     conn.bookie.set_explicit_lac(ledger_id, w.body, w.masterKey, done, scope)
 
 
-def _read_lac(conn, request, reply) -> None:
-    if not request.HasField("readLacRequest"):
-        reply.send(V3Status.EBADREQ)
-        return
-    r = request.readLacRequest
+@_carrying("readLacRequest")
+def _read_lac(conn, request, r, reply) -> None:
     ledger_id, scope = r.ledgerId, _scope(r)
     bookie = conn.bookie
     stats = conn.factory.stats
@@ -498,18 +514,10 @@ def _read_lac(conn, request, reply) -> None:
     conn.read_async(ledger_id, read_both, send)
 
 
-def _force_ledger(conn, request, reply) -> None:
-    if not request.HasField("forceLedgerRequest"):
-        reply.send(V3Status.EBADREQ)
-        return
-    f = request.forceLedgerRequest
+@_carrying("forceLedgerRequest")
+def _force_ledger(conn, request, f, reply) -> None:
     ledger_id, scope = f.ledgerId, _scope(f)
-    stats, start = conn.factory.stats, now_ns()
-
-    def done(error):
-        record(stats.force_ledger, error is None, start)    # until the ledger's entries are durable
-        reply.send(_status(error), "forceLedgerResponse", ledgerId=ledger_id, scope=scope)
-
+    done = _answer_when_durable(reply, conn.factory.stats.force_ledger, "forceLedgerResponse", ledger_id, scope)
     conn.bookie.force_ledger(ledger_id, done, scope)
 
 
@@ -523,33 +531,29 @@ def _bookie_info(conn, request, reply) -> None:
                freeDiskSpace=free if requested & FREE_DISK_SPACE else 0)
 
 
-def _entries_of_ledger(conn, request, reply) -> None:
-    if not request.HasField("getListOfEntriesOfLedgerRequest"):
-        reply.send(V3Status.EBADREQ)
-        return
-    g = request.getListOfEntriesOfLedgerRequest
+@_carrying("getListOfEntriesOfLedgerRequest")
+def _entries_of_ledger(conn, request, g, reply) -> None:
+    """GET_LIST_OF_ENTRIES_OF_LEDGER: the index scan runs on the read pool (it reads the disk)."""
     ledger_id, scope = g.ledgerId, _scope(g)
+    bookie = conn.bookie
     stat, start = conn.factory.stats.entries_of_ledger, now_ns()
-    try:
-        entries = conn.bookie.entries_of_ledger(ledger_id, scope)
-    except Exception as error:
-        stat.fail_since(start)
-        reply.send(_status(error), "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope)
-        return
-    availability = encode_availability(entries)
-    stat.ok_since(start)
-    reply.send(V3Status.EOK, "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope,
-               availabilityOfEntriesOfLedger=availability)
+
+    def send(result):
+        if isinstance(result, BaseException):
+            stat.fail_since(start)
+            reply.send(_status(result), "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope)
+            return
+        stat.ok_since(start)
+        reply.send(V3Status.EOK, "getListOfEntriesOfLedgerResponse", ledgerId=ledger_id, scope=scope,
+                   availabilityOfEntriesOfLedger=result)
+
+    conn.read_async(ledger_id, lambda: encode_availability(bookie.entries_of_ledger(ledger_id, scope)), send)
 
 
 def _auth(conn, request, reply) -> None:
     if not conn.connected:
         return
-    h = request.header
-    response = pb.Response(status=V3Status.EOK)
-    response.header.version = pb.VERSION_THREE
-    response.header.operation = h.operation
-    response.header.txnId = h.txnId
+    response = _response_to(request.header, V3Status.EOK)
     response.authResponse.authPluginName = "AuthDisabledPlugin"
     response.authResponse.payload = b""
     conn.out.add_frame(response.SerializeToString())

@@ -290,9 +290,9 @@ class BookieService:
         if self.meta is not None:
             # The garbage collector asks the metadata store which ledgers still exist (none are deleted
             # while it cannot answer). It shares the bookie's ZooKeeper session.
-            from bkfast.meta.zk_driver import ZkMetadataDriver
+            from bkfast.meta.factory import open_metadata_driver
 
-            driver = ZkMetadataDriver(self.conf.get("metadataServiceUri"), client=self.meta.zk, conf=self.conf)
+            driver = open_metadata_driver(self.conf.get("metadataServiceUri"), client=self.meta.zk, conf=self.conf)
             reactor.callWhenRunning(lambda: driver.start().addErrback(
                 lambda f: log.error("metadata driver for garbage collection did not start: %s", f.value)))
             reactor.addSystemEventTrigger("before", "shutdown", driver.close)
@@ -303,9 +303,10 @@ class BookieService:
         self.bookie.read_only = self.conf.get("forceReadOnlyBookie")
 
     def _listen(self) -> None:
-        from bkfast.net.server import BookieServerFactory
+        from bkfast.net.server import BookieServerFactory, ServerSettings
 
-        self.factory = BookieServerFactory(self.bookie, self.conf, self.reactor, security=self.security)
+        self.factory = BookieServerFactory(self.bookie, ServerSettings.from_conf(self.conf), self.reactor,
+                                           security=self.security)
         self.port = listen_on(self.reactor, self._sockets.pop("bookie"), self.factory, "bookiePort",
                               self.conf.listen_backlog)
         self.address = self.port.getHost()

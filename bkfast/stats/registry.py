@@ -17,6 +17,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from bkfast._stats import Counter, OpStats
 
@@ -65,13 +66,18 @@ class StatsRegistry:
         with self._lock:
             return self._families.get(name)
 
+    def _family(self, name: str, kind: str) -> Family:
+        """The family `name`, made on first use; ValueError when it is of another kind. Under the lock."""
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = Family(name, kind)
+        elif family.kind != kind:
+            raise ValueError(f"stat {name} is a {family.kind}, asked for as a {kind}")
+        return family
+
     def _get(self, name: str, kind: str, labels: Labels, make: Callable[[], object]):
         with self._lock:
-            family = self._families.get(name)
-            if family is None:
-                family = self._families[name] = Family(name, kind)
-            elif family.kind != kind:
-                raise ValueError(f"stat {name} is a {family.kind}, asked for as a {kind}")
+            family = self._family(name, kind)
             stat = family.series.get(labels)
             if stat is None:
                 stat = family.series[labels] = make()
@@ -92,12 +98,7 @@ class StatsRegistry:
         if not self.enabled:
             return
         with self._lock:
-            family = self._families.get(name)
-            if family is None:
-                family = self._families[name] = Family(name, GAUGE)
-            elif family.kind != GAUGE:
-                raise ValueError(f"stat {name} is a {family.kind}, asked for as a gauge")
-            family.series[labels] = supplier
+            self._family(name, GAUGE).series[labels] = supplier
 
     def remove_gauge(self, name: str, labels: Labels) -> None:
         with self._lock:
@@ -110,7 +111,7 @@ class StatsRegistry:
         for family in self.families():
             if family.kind == SUMMARY:
                 for stat in family.series.values():
-                    stat.rollover()
+                    cast(OpStats, stat).rollover()     # a summary family's series are OpStats
 
 
 class StatsLogger:

@@ -16,13 +16,15 @@ Java adds each latency truncated to whole milliseconds, which loses every sub-mi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from bkfast._stats import QUANTILES
+from bkfast._stats import QUANTILES, Counter
 from bkfast.stats.registry import COUNTER, GAUGE, SUMMARY, Family, StatsRegistry
 
 __all__ = ["write_java_text", "process_registry", "process_text", "CONTENT_TYPE"]
@@ -71,12 +73,13 @@ def _write_family(out: list[str], family: Family) -> None:
         if family.kind == SUMMARY:
             _write_summary(out, family.name, labels, stat)
             continue
+        value: float
         if family.kind == COUNTER:
-            value = stat.value
+            value = cast(Counter, stat).value       # a family's kind says what its series are
         else:
             assert family.kind == GAUGE
             try:
-                value = stat()
+                value = cast(Callable[[], float], stat)()
             except Exception:   # a gauge whose part is gone (a closed storage) says so, not the scrape
                 value = float("nan")
         text = _labels(labels)

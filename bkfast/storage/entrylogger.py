@@ -14,8 +14,11 @@ store entries verbatim), or reuse an id whose file exists.
 
 Durability: flush() writes the buffer and fdatasyncs the current log, every rotated log not yet synced,
 and the directories where new logs were created (so a log file referenced by a committed index survives
-a crash). close() also finalizes the current log (map + header patch) so a clean stop leaves no partial
-entry and a map that readers can use instead of scanning.
+a crash). It holds the writers' lock only to hand the buffer to the file and take the list of what to
+sync; the fdatasyncs run after releasing it, so adds (on the reactor, for InterleavedLedgerStorage) never
+wait for a checkpoint's disk sync. Flushers, close() and remove_log() are serialized by a second lock,
+so no descriptor being synced is closed meanwhile. close() also finalizes the current log (map + header
+patch) so a clean stop leaves no partial entry and a map that readers can use instead of scanning.
 
 Scoped entries (scope != 0, spec/scope-ids.md): the Java ledgers map has no room for a scope, so they
 are left out of the map (ledger counts and byte sizes there cover scope 0 only, which keeps the file
@@ -45,6 +48,7 @@ import os
 import struct
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -56,6 +60,7 @@ from bkfast.storage.files import fsync_dir
 
 __all__ = [
     "EntryLogger",
+    "EntryLoggerSettings",
     "LogRecord",
     "LOGFILE_HEADER_SIZE",
     "HEADER_VERSION",
@@ -102,6 +107,33 @@ ledger storage's flush waited for the disk every 64 KiB. (Measured back to back,
 16 MiB 31,200-36,500; page-cache writes, 64 KiB or 4 MiB buffer: 24,600-28,300.)"""
 
 
+@dataclass(frozen=True)
+class EntryLoggerSettings:
+    """The entry logger's keys as typed values, built once by `from_conf` where a storage is built from a
+    configuration (the edge): the logger itself never parses a configuration. Defaults are BookKeeper's
+    (bkfast.conf_keys)."""
+
+    log_size_limit: int = 1073741824                      # logSizeLimit
+    write_buffer_size: int = 65536                        # writeBufferSizeBytes
+    write_buffer_size_set: bool = False                   # writeBufferSizeBytes was configured
+    direct_writes: bool = True                            # entryLogDirectWrites
+    direct_reads: bool = True                             # entryLogDirectReads
+    flush_every_bytes: int = 0                            # flushEntrylogBytes (0: only at checkpoints)
+    read_buffer_size: int = 512                           # readBufferSizeBytes
+    max_frame_size: int = 5242880                         # nettyMaxFrameSizeBytes
+
+    @classmethod
+    def from_conf(cls, conf) -> EntryLoggerSettings:
+        return cls(log_size_limit=int(conf.get("logSizeLimit")),
+                   write_buffer_size=int(conf.get("writeBufferSizeBytes")),
+                   write_buffer_size_set=conf.is_set("writeBufferSizeBytes"),
+                   direct_writes=bool(conf.get("entryLogDirectWrites")),
+                   direct_reads=bool(conf.get("entryLogDirectReads")),
+                   flush_every_bytes=int(conf.get("flushEntrylogBytes") or 0),
+                   read_buffer_size=int(conf.get("readBufferSizeBytes")),
+                   max_frame_size=int(conf.get("nettyMaxFrameSizeBytes")))
+
+
 class LogRecord(NamedTuple):
     """One entry found by scanning: where it is and what it is."""
 
@@ -140,27 +172,30 @@ def _parse_log_id(name: str) -> int | None:
 class EntryLogger:
     """Entry logs of one or more ledger directories (new logs are placed round-robin)."""
 
-    def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]], conf):
+    def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]], settings: EntryLoggerSettings):
         if not ledger_dirs:
             raise ValueError("EntryLogger needs at least one ledger directory")
         self._dirs = [Path(d) / CURRENT_DIR for d in ledger_dirs]
         for d in self._dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self._size_limit = int(conf.log_size_limit)
-        self._write_buffer_size = max(1, int(conf.write_buffer_size_bytes))
-        self._direct = bool(conf.entry_log_direct_writes)
-        self._direct_buffer_size = (self._write_buffer_size if conf.is_set("writeBufferSizeBytes")
+        self._size_limit = settings.log_size_limit
+        self._write_buffer_size = max(1, settings.write_buffer_size)
+        self._direct = settings.direct_writes
+        self._direct_buffer_size = (self._write_buffer_size if settings.write_buffer_size_set
                                     else max(self._write_buffer_size, DIRECT_WRITE_BUFFER_BYTES))
         self._direct_refused: set[Path] = set()  # dirs whose file system refused O_DIRECT
         # Java's flushEntrylogBytes: fdatasync the current log whenever this many bytes are not yet durable.
-        self._flush_every_bytes = int(conf.flush_entrylog_bytes or 0)
-        self._read_size = max(_MIN_READ, int(conf.read_buffer_size_bytes))
+        self._flush_every_bytes = settings.flush_every_bytes
+        self._read_size = max(_MIN_READ, settings.read_buffer_size)
         # Java's sanity bound (nettyMaxFrameSizeBytes - 500) only logs a warning on read; reads here
         # also refuse sizes above the largest log, which no real entry can have.
-        self._max_sane_entry_size = int(conf.netty_max_frame_size_bytes) - 500
+        self._max_sane_entry_size = settings.max_frame_size - 500
         self._lock = threading.RLock()  # serializes writers (add, roll, flush, close)
+        # Serializes flush, close and remove_log (never taken by adds): held across the fdatasyncs.
+        self._sync_lock = threading.RLock()
+        self._durable_upto = (-1, 0)    # (log id, position) the last flush made durable in the current log
         self._open_lock = threading.Lock()  # serializes opening read channels of older logs
-        self.direct_runs = DirectRunReader(bool(conf.entry_log_direct_reads), self._find_log, self._open_lock)
+        self.direct_runs = DirectRunReader(settings.direct_reads, self._find_log, self._open_lock)
         self._last_id = self._read_last_id()
         self._current: _ActiveLog | None = None
         self._unsynced: list[BufferedChannel] = []
@@ -359,7 +394,9 @@ class EntryLogger:
     def _sync_if_due(self, channel: BufferedChannel) -> None:
         # Java's flushEntrylogBytes (EntryLogManagerBase.addEntry): an fdatasync of the current log once
         # this many of its bytes are not durable. The caller's flush() still syncs everything at the end.
-        if channel.position - channel.synced_position >= self._flush_every_bytes:
+        log_id, upto = self._durable_upto
+        synced = max(channel.synced_position, upto if log_id == channel.log_id else 0)
+        if channel.position - synced >= self._flush_every_bytes:
             channel.sync()
 
     def add_entries(self, ledger_id: int, entries: list) -> list[int]:
@@ -420,16 +457,42 @@ class EntryLogger:
 
     def flush(self) -> None:
         """Make every entry added so far durable: buffer to file, fdatasync current and rotated logs."""
+        with self._sync_lock:
+            with self._lock:
+                current = self._current.channel if self._current is not None else None
+                if current is not None:
+                    current.flush()     # the file has every byte added so far: what the fdatasync covers
+                    upto = current.position
+                rotated, self._unsynced = self._unsynced, []
+                dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+            try:
+                # Without the writers' lock: adds go on while the disk syncs. A rotated log is finished
+                # (no buffer), so its sync() is only the fdatasync; the current log's buffer is the adds'
+                # and not touched here. _sync_lock keeps close/remove_log from closing these fds meanwhile.
+                if current is not None:
+                    os.fdatasync(current.fd)
+                    self._durable_upto = (current.log_id, upto)
+                    self._note_synced(current, upto)
+                while rotated:
+                    rotated[0].sync()
+                    rotated.pop(0)
+                while dirs:
+                    d = next(iter(dirs))
+                    fsync_dir(d)
+                    dirs.discard(d)
+            except BaseException:
+                with self._lock:    # what is not durable yet is synced again by the next flush
+                    self._unsynced[:0] = rotated
+                    self._dirs_to_sync |= dirs
+                raise
+
+    def _note_synced(self, channel: BufferedChannel, upto: int) -> None:
+        """Let the channel know its bytes are durable (its synced_position) when no add came in since
+        the fdatasync: its sync() then has nothing to write and nothing dirty to sync. Otherwise the
+        next flush tells it; _durable_upto serves flushEntrylogBytes meanwhile."""
         with self._lock:
-            if self._current is not None:
-                self._current.channel.sync()
-            while self._unsynced:
-                self._unsynced[0].sync()
-                self._unsynced.pop(0)
-            while self._dirs_to_sync:
-                d = next(iter(self._dirs_to_sync))
-                fsync_dir(d)
-                self._dirs_to_sync.discard(d)
+            if channel.position == upto and not channel.closed and channel is self._channels.get(channel.log_id):
+                channel.sync()
 
     def roll(self) -> None:
         """Finalize the current log now; the next entry starts a new one (for tests and compaction)."""
@@ -441,7 +504,7 @@ class EntryLogger:
 
     def close(self) -> None:
         """flush(), finalize the current log (ledgers map + header patch) and close every file."""
-        with self._lock:
+        with self._sync_lock, self._lock:
             if self._closed:
                 return
             if self._current is not None:
@@ -544,7 +607,7 @@ class EntryLogger:
         if scanner.truncated:
             log.warning("entry log %x ends with a torn record at offset %d", log_id, scanner.position)
 
-    def scan(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
+    def scan(self, log_id: int) -> Iterator[tuple[int, int, int, bytes | None]]:
         """(ledger_id, entry_id, location, entry bytes) of every entry of a log, in file order."""
         for r in self.scan_records(log_id, True):
             yield r.ledger_id, r.entry_id, r.location, r.data
@@ -613,7 +676,7 @@ class EntryLogger:
 
     def remove_log(self, log_id: int) -> bool:
         """Delete a log file (garbage collection). Only for logs no index points into any more."""
-        with self._lock:
+        with self._sync_lock, self._lock:
             if self._current is not None and self._current.channel.log_id == log_id:
                 raise BKIllegalOpException(f"entry log {log_id:x} is being written; it cannot be removed")
             with self._open_lock:

@@ -13,22 +13,14 @@ from click.testing import CliRunner
 
 from bkfast import BookKeeper
 from bkfast.cli.main import main
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 
 pytestmark = pytest.mark.zookeeper
 
 PASSWORD = b"shell-tests"
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("shell-cluster"), bookies=3,
-                dbStorage_writeCacheMaxSizeMb="16", dbStorage_readAheadCacheMaxSizeMb="16")
-    c.zk_connect = zookeeper_server
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = cluster_fixture(bookies=3, dbStorage_writeCacheMaxSizeMb="16", dbStorage_readAheadCacheMaxSizeMb="16")
 
 
 @pytest.fixture(scope="module")

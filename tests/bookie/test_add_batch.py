@@ -30,7 +30,7 @@ from bkfast.errors import (
     BKUnauthorizedAccessException,
     BKWriteOnReadOnlyBookieException,
 )
-from bkfast.net.server import BookieServerFactory
+from bkfast.net.server import BookieServerFactory, ServerSettings
 
 KEY = master_key(b"pw")
 OTHER = master_key(b"other")
@@ -240,7 +240,7 @@ def test_server_batches_adds_keeps_order_and_bounds(tmp_path):
     conf = _conf(tmp_path, maxPendingAddRequestsPerThread=6)
     with Bookie(conf, dispatcher=dispatcher) as bookie:
         clock = task.Clock()
-        factory = BookieServerFactory(bookie, conf, reactor=clock)
+        factory = BookieServerFactory(bookie, ServerSettings.from_conf(conf), reactor=clock)
         proto = factory.buildProtocol(None)
         transport = StringTransport()
         proto.makeConnection(transport)
@@ -286,7 +286,7 @@ def test_v3_adds_of_one_read_are_one_bookie_batch_and_cached_v3_reads_skip_the_s
 
         bookie.add_entries, bookie.read_entry = counting_add_entries, counting_read_entry
         clock = task.Clock()
-        factory = BookieServerFactory(bookie, conf, reactor=clock)
+        factory = BookieServerFactory(bookie, ServerSettings.from_conf(conf), reactor=clock)
         proto = factory.buildProtocol(None)
         transport = StringTransport()
         proto.makeConnection(transport)

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 from bkfast.cli.main import main
 from bkfast.proto import BookieServiceInfoFormat
 from tests import REPO
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.zookeeper
 REPO = REPO
@@ -92,6 +93,13 @@ def test_bookie_refuses_to_start_when_its_dirs_do_not_match_the_cookie(zookeeper
     assert "ledgerDirs" in cmd_proc.stderr or "cookie" in cmd_proc.stderr.lower(), cmd_proc.stderr[-2000:]
 
 
+def _connections_to(port: int) -> list[str]:
+    """This machine's TCP sockets ESTABLISHED with, or in CLOSE_WAIT to, remote `port` (/proc/net/tcp rows):
+    a client that has noticed its server is gone has closed its socket."""
+    rows = [row.split() for row in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return [" ".join(row) for row in rows if row[2].endswith(f":{port:04X}") and row[3] in ("01", "08")]
+
+
 def test_a_bookie_whose_zookeeper_is_gone_still_stops_promptly(tmp_path):
     """Found running benchmarks: with ZooKeeper stopped first, SIGTERM left the bookie waiting forever in
     unregister (kazoo's blocking get waits for a reconnection)."""
@@ -108,7 +116,8 @@ def test_a_bookie_whose_zookeeper_is_gone_still_stops_promptly(tmp_path):
         proc = start_bookie(server.connect_string, root, tmp_path)
         wait_listening(proc)
         server.stop()
-        time.sleep(1.0)                       # the bookie's client notices the lost connection
+        wait_until("the bookie's ZooKeeper client to notice the lost connection and close its socket",
+                   lambda: not _connections_to(server.port), 30)
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         try:

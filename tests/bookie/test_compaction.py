@@ -3,6 +3,7 @@ reads and deletions racing a compaction."""
 
 import threading
 import time
+from dataclasses import replace
 
 from bkfast.bookie.bookie import Bookie
 from bkfast.bookie.compaction import Throttle
@@ -134,8 +135,11 @@ def test_compaction_out_of_time_keeps_the_log_and_loses_nothing(tmp_path):
         assert before <= set(entry_logs(tmp_path / "ledgers"))
         for e in range(100):
             assert bookie.read_entry(1, e) == make_entry(1, e, 2000)
-        bookie.conf.set("majorCompactionMaxTimeMillis", "-1")
-        bookie.conf.set("compactionRate", "0")
+        # Unbounded and unthrottled from now on (the settings are fixed when the Bookie is built).
+        compaction = bookie.gc.settings.compaction
+        compaction = replace(compaction, rate=0, major=replace(compaction.major, max_time_ms=-1))
+        bookie.gc.settings = replace(bookie.gc.settings, compaction=compaction)
+        bookie.gc.compactor.settings = compaction
         stats = bookie.gc.run_once(force_major=True)
         assert stats.logs_compacted == 1
         assert not before & set(entry_logs(tmp_path / "ledgers"))

@@ -17,6 +17,7 @@ import pytest
 
 from bkfast.bookie.bookie import Bookie
 from bkfast.bookie.disk_checker import DiskChecker, disk_usage, is_no_space
+from bkfast.bookie.settings import DiskCheckerSettings
 from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKBookieIOException, BKWriteOnReadOnlyBookieException
@@ -92,7 +93,8 @@ def test_checker_full_above_threshold_and_writable_only_below_the_low_water_mark
     conf = ServerConfiguration({"diskUsageThreshold": 0.5, "diskUsageWarnThreshold": 0.4,
                                 "diskUsageLwmThreshold": 0.3})
     changes = []
-    checker = DiskChecker([small_fs], conf, lambda full, detail: changes.append((full, detail)))
+    checker = DiskChecker([small_fs], DiskCheckerSettings.from_conf(conf),
+                          lambda full, detail: changes.append((full, detail)))
     assert not checker.check() and changes == []
     fill(small_fs / "a", 3 * MiB)
     fill(small_fs / "b", 2 * MiB)

@@ -24,20 +24,14 @@ from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from bkfast.streams import Namespace, decode_batch, encode_batch
 from bkfast.streams.batch import encoded_size
 from bkfast.streams.limits import max_batch_payload
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 
 DEFAULT_FRAME = 5 * 1024 * 1024
 SMALL_FRAME = 64 * 1024
 
 
-@pytest.fixture(scope="module")
-def bookies(zookeeper_server, tmp_path_factory):
-    """Three bookies with BookKeeper's default nettyMaxFrameSizeBytes."""
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("bookies"), bookies=3)
-    try:
-        yield c
-    finally:
-        c.stop()
+# Three bookies with BookKeeper's default nettyMaxFrameSizeBytes.
+bookies = cluster_fixture(3)
 
 
 @pytest.fixture(scope="module")
@@ -197,16 +191,9 @@ def test_an_oversized_entry_fails_at_once_with_the_ensemble_unchanged_and_the_ha
 # --- bookies that refuse every add -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def refusing(zookeeper_server, tmp_path_factory):
-    """Bookies that close the connection on any frame over 64 KiB: a deterministic refusal of every add
-    of more than that, which the clients (limit 5 MiB) cannot see coming."""
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("refusing"), bookies=3,
-                nettyMaxFrameSizeBytes=str(SMALL_FRAME))
-    try:
-        yield c
-    finally:
-        c.stop()
+# Bookies that close the connection on any frame over 64 KiB: a deterministic refusal of every add of more
+# than that, which the clients (limit 5 MiB) cannot see coming.
+refusing = cluster_fixture(3, nettyMaxFrameSizeBytes=str(SMALL_FRAME))
 
 
 @pytest.mark.zookeeper

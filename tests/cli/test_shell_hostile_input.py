@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 
 from bkfast.cli.local_cluster import free_port
 from bkfast.cli.main import main
-from bkfast.meta import zk_layout
+from tests.cluster_factory import running_cluster
 from tests.server_support import REPO
 
 pytestmark = pytest.mark.zookeeper
@@ -63,14 +63,10 @@ def zk(zookeeper_server):
 
 
 @pytest.fixture(scope="module")
-def cluster(zk, zookeeper_server):
+def cluster(zookeeper_server):
     """(connect string, root) of an initialized cluster without bookies."""
-    root = f"/hostile-{uuid.uuid4().hex[:12]}/ledgers"
-    zk_layout.init_new_cluster(zk, root)
-    try:
-        yield zookeeper_server, root
-    finally:
-        zk.delete(root.rsplit("/", 1)[0], recursive=True)
+    with running_cluster(zookeeper_server, None, 0) as started:
+        yield zookeeper_server, started.root
 
 
 def at(cluster) -> list[str]:

@@ -27,6 +27,7 @@ from bkfast.net.bookie_client import BookieClient
 from tests.reactor_thread import call, reactor
 from tests.server_support import BookieProcess
 from tests.tls_support import START_TLS, START_TLS_EOK, make_pki
+from tests.waiting import wait_until
 
 KEY = master_key(b"secret")
 MAC = mac_key(b"secret")
@@ -231,8 +232,7 @@ def test_a_tls_peer_that_never_answers_close_notify_is_reset_after_the_bounded_w
         assert _tcp_state(raw) == _TCP_CLOSE_WAIT
         elapsed = closing.wait(CLOSE_WAIT_S + 3)
         assert CLOSE_WAIT_S - 0.2 <= elapsed < CLOSE_WAIT_S + 2
-        time.sleep(0.1)
-        assert _tcp_state(raw) == _TCP_CLOSE        # the reset, once the wait was over
+        wait_until("the reset, once the wait was over", lambda: _tcp_state(raw) == _TCP_CLOSE, 2)
         raw.close()
     finally:
         listener.close()
@@ -270,8 +270,7 @@ def test_closing_many_channels_to_peers_that_never_close_is_bounded():
         assert closing.done is None
         elapsed = closing.wait(CLOSE_WAIT_S + 3)    # all 24 in parallel, not one after another
         assert elapsed < CLOSE_WAIT_S + 2
-        time.sleep(0.1)
-        assert [_tcp_state(p) for p in peers] == [_TCP_CLOSE] * 24
+        wait_until("every peer reset", lambda: [_tcp_state(p) for p in peers] == [_TCP_CLOSE] * 24, 2)
     finally:
         for listener in listeners:
             listener.close()

@@ -8,28 +8,13 @@ from twisted.internet.testing import StringTransport
 from bkfast.codec import DigestType, decode_response, encode_add_request, master_key
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKLedgerFencedException
-from bkfast.net.server import CONNECTION_MAX_INFLIGHT_ADDS, BookieServerFactory
+from bkfast.net.server import CONNECTION_MAX_INFLIGHT_ADDS, BookieServerFactory, ServerSettings
+from tests.server_bookie_double import HeldAddsBookie
 
 KEY = master_key("k")
 
 
-class FakeBookie:
-    """Keeps add callbacks until the test completes them, like a journal that has not synced yet."""
-
-    ledger_dirs: list = []
-
-    def __init__(self):
-        self.pending = []
-
-    def add_entry(self, entry, key, callback, recovery=False, ack_before_sync=False, high_priority=False):
-        self.pending.append(callback)
-
-    def complete(self, n=None, error=None):
-        if n is None:
-            n = len(self.pending)
-        batch, self.pending = self.pending[:n], self.pending[n:]
-        for callback in batch:
-            callback(error)
+FakeBookie = HeldAddsBookie
 
 
 class CountingTransport(StringTransport):
@@ -46,7 +31,7 @@ def _connect(max_pending=0):
     clock = task.Clock()
     conf = ServerConfiguration({"maxPendingAddRequestsPerThread": max_pending})
     bookie = FakeBookie()
-    factory = BookieServerFactory(bookie, conf, reactor=clock)
+    factory = BookieServerFactory(bookie, ServerSettings.from_conf(conf), reactor=clock)
     proto = factory.buildProtocol(None)
     transport = CountingTransport()
     proto.makeConnection(transport)

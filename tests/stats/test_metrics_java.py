@@ -7,15 +7,15 @@ bookie_SERVER_STATUS goes 1 -> 0 -> 1 as the bookie turns read-only and back."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 from bkfast import BookKeeper
 from tests import REPO
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 from tests.metrics_text import documented_exceptions, java_series, label_keys, scrape, value
 from tests.replication_support import admin_request
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.zookeeper
 
@@ -40,22 +40,15 @@ def stats_port(bookie) -> int:
     return int(re.findall(r"Prometheus metrics on http://[\d.]+:(\d+)/metrics", bookie.log_path.read_text())[-1])
 
 
-def wait_for(what, predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return result
+def scrape_with_add_latency(port: int):
+    """A scrape once a rollover has published the quantiles of a window with adds in it (an empty window's
+    are NaN), else None."""
+    families = scrape(port)
+    p50 = value(families, "bookie_journal_JOURNAL_ADD_ENTRY", success="true", quantile="0.5")
+    return families if p50 == p50 else None
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("metrics"), bookies=3, **CONF)
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = cluster_fixture(bookies=3, **CONF)
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +69,10 @@ def after_workload(cluster):
         doomed.close()
         bk.delete_ledger(doomed.ledger_id)
         port = stats_port(cluster.bookies[0])
-        wait_for("the deleted ledger to be collected",
-                 lambda: value(scrape(port), "bookie_DELETED_LEDGER_TOTAL") >= 1)
-        time.sleep(1.5)                         # one latency rollover: quantiles of the workload
-        yield bk, scrape(port)
+        wait_until("the deleted ledger to be collected",
+                   lambda: value(scrape(port), "bookie_DELETED_LEDGER_TOTAL") >= 1, 60, 0.2)
+        yield bk, wait_until("a latency rollover publishing the workload's quantiles",
+                             lambda: scrape_with_add_latency(port), 30, 0.1)
     finally:
         bk.close()
 
@@ -127,7 +120,7 @@ def test_summaries_are_javas_shape(cluster, after_workload):
         p = value(scrape(port), "bookie_journal_JOURNAL_ADD_ENTRY", success="true", quantile="0.5")
         return p if p == p else None                            # NaN: an empty window
 
-    assert 0 < wait_for("a published add latency", p50, 30) < 10_000          # milliseconds
+    assert 0 < wait_until("a published add latency", p50, 30) < 10_000          # milliseconds
     assert not any(name.endswith("_total") and name.startswith(("bookie_", "bookkeeper_server_"))
                    and families[name]["kind"] == "counter" and not name.endswith("TOTAL")
                    for name in families)
@@ -156,10 +149,10 @@ def test_server_status_follows_read_only_and_back(cluster, after_workload):
     assert value(scrape(port), "bookie_SERVER_STATUS") == 1
     assert admin_request(bookie, "PUT", "bookie/state/readonly", {"readOnly": True})[0] == 200
     try:
-        wait_for("SERVER_STATUS 0", lambda: value(scrape(port), "bookie_SERVER_STATUS") == 0, 30)
+        wait_until("SERVER_STATUS 0", lambda: value(scrape(port), "bookie_SERVER_STATUS") == 0, 30)
     finally:
         assert admin_request(bookie, "PUT", "bookie/state/readonly", {"readOnly": False})[0] == 200
-    wait_for("SERVER_STATUS 1", lambda: value(scrape(port), "bookie_SERVER_STATUS") == 1, 30)
+    wait_until("SERVER_STATUS 1", lambda: value(scrape(port), "bookie_SERVER_STATUS") == 1, 30)
 
 
 def test_process_and_runtime_gauges_stand_in_for_the_jvms(after_workload):

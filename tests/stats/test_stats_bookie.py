@@ -285,7 +285,7 @@ def check_db_storage_values(families: dict, bookie: Bookie, tmp_path) -> None:
     assert labelled(families, "bookie_ACTIVE_ENTRY_LOG_TOTAL", **d) >= 1
     assert labelled(families, "bookie_ACTIVE_ENTRY_LOG_SPACE_BYTES", **d) > 0
     assert labelled(families, "bookie_ledgers_count", **d) == 2
-    assert labelled(families, "bookie_entries_count", **d) >= 0
+    assert labelled(families, "bookie_entries_count", **d) > 0        # RocksDB's estimate of ledgers 2 and 4's
 
 
 @pytest.mark.parametrize("storage", ["org.apache.bookkeeper.bookie.SortedLedgerStorage",

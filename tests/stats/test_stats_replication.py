@@ -23,12 +23,13 @@ import pytest
 from kazoo.exceptions import NoNodeError
 
 from bkfast import BookKeeper
-from bkfast.cli.local_zookeeper import expire_session
 from bkfast.meta.zk_client import ZK_OPS, make_zk_client
-from bkfast.replication.zk_urm import UnderReplicationManager
+from bkfast.meta.zk_underreplication import ZkUnderReplicationManager as UnderReplicationManager
 from bkfast.stats import StatsRegistry, write_java_text
-from tests.client_cluster import Cluster
+from tests.cluster_factory import cluster_fixture
 from tests.metrics_text import java_series, label_keys, parse, scrape, value
+from tests.waiting import wait_until
+from tests.zk_server import expire_session
 
 pytestmark = pytest.mark.zookeeper
 
@@ -46,23 +47,7 @@ NO_PART = {"bookkeeper_client_thread_executor_completed", "bookkeeper_client_thr
            "bookkeeper_client_thread_executor_tasks_rejected"}
 
 
-def wait_for(what, predicate, timeout=60.0, step=0.2):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
-    return result
-
-
-@pytest.fixture(scope="module")
-def cluster(zookeeper_server, tmp_path_factory):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("stats-replication"), bookies=3, zkTimeout="4000",
-                **PROMETHEUS)
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = cluster_fixture(bookies=3, zkTimeout="4000", **PROMETHEUS)
 
 
 def _stats_port(log_text: str) -> int:
@@ -83,9 +68,9 @@ def autorecovery(cluster, tmp_path_factory):
                                 stdout=subprocess.PIPE, stderr=log_file, text=True)
     try:
         assert proc.stdout.readline().strip() == "autorecovery running as autorecovery-stats:1", log_path.read_text()
-        port = wait_for("the stats port in the log", lambda: "Prometheus metrics on" in log_path.read_text()
+        port = wait_until("the stats port in the log", lambda: "Prometheus metrics on" in log_path.read_text()
                         and _stats_port(log_path.read_text()), 30)
-        wait_for("the client connected and the first audit done", lambda: _started(scrape(port)), 60)
+        wait_until("the client connected and the first audit done", lambda: _started(scrape(port)), 60)
         yield port
     finally:
         if proc.poll() is None:
@@ -96,6 +81,15 @@ def autorecovery(cluster, tmp_path_factory):
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         proc.stdout.close()
+
+
+def _scrape_after_rereplication(port: int):
+    """A scrape once the worker and the auditor have counted a re-replication after a lost bookie, else None."""
+    families = scrape(port)
+    done = (value(families, "replication_worker_rereplicate_count", success="true") >= 1
+            and value(families, "bkfast_replication_replicated_ledgers_total") >= 1
+            and value(families, "auditor_URL_PUBLISH_TIME_FOR_LOST_BOOKIE_count", success="true") >= 1)
+    return families if done else None
 
 
 def _started(families) -> bool:
@@ -140,13 +134,13 @@ def test_standalone_autorecovery_serves_javas_names_and_counts_a_rereplication(c
         lh.close()
         dead = lh.metadata.ensembles[0][1][0]
         cluster.by_id(dead).kill()
-        wait_for("the ledger re-replicated off the killed bookie", lambda: _healed(cluster, bk, lh.ledger_id, dead),
+        wait_until("the ledger re-replicated off the killed bookie", lambda: _healed(cluster, bk, lh.ledger_id, dead),
                  120, 0.5)
     finally:
         bk.close()
         cluster.ensure_all_running()
-    time.sleep(1.2)                                       # one rollover: the quantiles of the re-replication
-    after = scrape(autorecovery)
+    # the worker and the auditor record their stats as they finish, which may be just after the ledger healed
+    after = wait_until("the re-replication's stats recorded", lambda: _scrape_after_rereplication(autorecovery), 30)
     assert value(after, "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED") >= 1
     assert value(after, "replication_worker_NUM_ENTRIES_WRITTEN") >= 10        # half the entries had a copy there
     assert value(after, "replication_worker_NUM_ENTRIES_READ") >= 10
@@ -195,15 +189,15 @@ def test_zookeeper_session_stats_count_calls_failures_and_states(zookeeper_serve
         expected = {("create", True): 1, ("get_data", True): 1, ("get_data", False): 1, ("exists", True): 1,
                     ("set_data", True): 1, ("sync", True): 1, ("get_acl", True): 1, ("set_acl", True): 1,
                     ("multi", True): 1, ("multi", False): 1, ("get_children", True): 2, ("delete", True): 2}
-        wait_for("every call recorded", lambda: all(_op(registry, op, ok) >= n for (op, ok), n in expected.items()),
+        wait_until("every call recorded", lambda: all(_op(registry, op, ok) >= n for (op, ok), n in expected.items()),
                  10, 0.05)
         assert _op(registry, "get_data", False) == 1 and _op(registry, "exists", False) == 0
         assert set(ZK_OPS) == {f.name[len("t_zk_"):] for f in registry.families() if f.name.startswith("t_zk_")}
         before = _op(registry, "get_children", True)
         zk.get_children("/")
-        wait_for("the count to grow", lambda: _op(registry, "get_children", True) == before + 1, 10, 0.05)
+        wait_until("the count to grow", lambda: _op(registry, "get_children", True) == before + 1, 10, 0.05)
         expire_session(zk)
-        wait_for("create_client", lambda: _op(registry, "create_client", True) == 1, 10, 0.05)
+        wait_until("create_client", lambda: _op(registry, "create_client", True) == 1, 10, 0.05)
     finally:
         zk.stop()
         zk.close()

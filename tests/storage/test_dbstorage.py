@@ -30,7 +30,7 @@ from bkfast.errors import (
     WriteCacheFullError,
 )
 from bkfast.proto.DbLedgerStorageDataFormats_pb2 import LedgerData
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 from tests import VECTORS_DIR
 
 VECTORS = VECTORS_DIR / "java_bookie_dirs"
@@ -92,7 +92,7 @@ def test_flush_writes_each_ledger_contiguously_in_entry_order_and_indexes_it_jav
     s.flush()
     s.close()
 
-    el = EntryLogger([tmp_path / "ledgers"], conf())
+    el = EntryLogger([tmp_path / "ledgers"], EntryLoggerSettings.from_conf(conf()))
     scanned = [(lid, eid, loc) for lid, eid, loc, _ in el.scan(0)]
     el.close()
     assert [(lid, eid) for lid, eid, _ in scanned] == sorted(order)
@@ -114,7 +114,7 @@ def test_flush_syncs_the_entry_log_before_committing_locations(tmp_path):
                 observed.append(("entry log fsync", index.get(0, 7, 0)))
             super().flush()
 
-    logger = OrderCheckingLogger([tmp_path / "ledgers"], conf())
+    logger = OrderCheckingLogger([tmp_path / "ledgers"], EntryLoggerSettings.from_conf(conf()))
     s = DbLedgerStorage([tmp_path / "ledgers"], None, conf(), entry_logger=logger)
     logger.storage = s
     s.add_entry(entry(7, 0))

@@ -16,7 +16,7 @@ from bkfast.codec import DigestType, encode_entry
 from bkfast.conf import ServerConfiguration
 from bkfast.dbstorage.directory import FLUSH_SLICE_ENTRIES
 from bkfast.dbstorage.storage import DbLedgerStorage
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 from tests.server_support import REPO
 
 LEDGERS = 20_000
@@ -54,7 +54,7 @@ def _conf(tmp_path) -> ServerConfiguration:
 
 def test_flush_of_many_one_entry_ledgers_writes_slices_not_one_call_per_ledger(tmp_path):
     conf = _conf(tmp_path)
-    logger = CountingEntryLogger([tmp_path / "l"], conf)
+    logger = CountingEntryLogger([tmp_path / "l"], EntryLoggerSettings.from_conf(conf))
     storage = DbLedgerStorage([tmp_path / "l"], None, conf, entry_logger=logger)
     payload = b"p" * 50
     try:

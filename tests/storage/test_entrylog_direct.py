@@ -20,11 +20,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from bkfast._entrylog import DIRECT_BLOCK, BufferedChannel
 
+from bkfast._entrylog import DIRECT_BLOCK, BufferedChannel
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 from tests import REPO
 
 CRC32C = 3
@@ -32,8 +32,8 @@ BLOCK = DIRECT_BLOCK
 REPO = REPO
 
 
-def conf(direct: bool, **overrides) -> ServerConfiguration:
-    return ServerConfiguration({"entryLogDirectWrites": direct, **overrides})
+def conf(direct: bool, **overrides) -> EntryLoggerSettings:
+    return EntryLoggerSettings.from_conf(ServerConfiguration({"entryLogDirectWrites": direct, **overrides}))
 
 
 def entry(ledger_id: int, entry_id: int, payload_len: int) -> bytes:
@@ -234,10 +234,10 @@ def test_a_zero_tail_after_the_last_record_scans_cleanly(tmp_path, caplog):
 
 CHILD = """
 import sys, time
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
-el = EntryLogger([sys.argv[1]], ServerConfiguration({"entryLogDirectWrites": True}))
+el = EntryLogger([sys.argv[1]], EntryLoggerSettings.from_conf(ServerConfiguration({"entryLogDirectWrites": True})))
 locations = [el.add_entry(3, encode_entry(3, i, i - 1, 0, bytes([i]) * (100 + 57 * i), 3)) for i in range(40)]
 el.flush()
 assert el._current.channel.direct
@@ -267,11 +267,10 @@ def test_entries_flushed_before_a_sigkill_are_all_read_back(tmp_path):
 
 FAILING_CHILD = """
 import errno, resource, signal, sys
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 from bkfast.codec import encode_entry
-from bkfast.conf import ServerConfiguration
-el = EntryLogger([sys.argv[1]], ServerConfiguration({"entryLogDirectWrites": True,
-                                                    "writeBufferSizeBytes": 65536}))
+el = EntryLogger([sys.argv[1]], EntryLoggerSettings(direct_writes=True, write_buffer_size=65536,
+                                                    write_buffer_size_set=True))
 data = lambda i, n: encode_entry(4, i, i - 1, 0, bytes([i]) * n, 3)
 kept = [data(i, 5000) for i in range(30)]                 # 150 KB: flushed whole buffers, 2 in file
 el.add_entries(4, kept)

@@ -12,17 +12,17 @@ import mmap
 import os
 
 import pytest
-from bkfast._entrylog import DIRECT_BLOCK
 
+from bkfast._entrylog import DIRECT_BLOCK
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 
 CRC32C = 3
 
 
-def conf(direct_reads: bool = True, **overrides) -> ServerConfiguration:
-    return ServerConfiguration({"entryLogDirectReads": direct_reads, **overrides})
+def conf(direct_reads: bool = True, **overrides) -> EntryLoggerSettings:
+    return EntryLoggerSettings.from_conf(ServerConfiguration({"entryLogDirectReads": direct_reads, **overrides}))
 
 
 def entry(ledger_id: int, entry_id: int, payload_len: int) -> bytes:

@@ -20,7 +20,7 @@ import pytest
 from bkfast.codec import encode_entry
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKIllegalOpException, StorageCorruptionError
-from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
 from tests import VECTORS_DIR
 
 VECTORS = VECTORS_DIR / "java_bookie_dirs"
@@ -72,8 +72,8 @@ def spec_header(map_offset=0, count=0) -> bytes:
     return b"BKLO" + struct.pack(">iqi", 1, map_offset, count) + bytes(1004)
 
 
-def conf(direct: bool = False, **overrides) -> ServerConfiguration:
-    return ServerConfiguration({"entryLogDirectWrites": direct, **overrides})
+def conf(direct: bool = False, **overrides) -> EntryLoggerSettings:
+    return EntryLoggerSettings.from_conf(ServerConfiguration({"entryLogDirectWrites": direct, **overrides}))
 
 
 @pytest.fixture(params=[False, True], ids=["buffered", "direct"])

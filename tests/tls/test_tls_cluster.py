@@ -19,7 +19,7 @@ from bkfast.cli.local_cluster import LocalBookie, free_port, start_bookies
 from bkfast.errors import BKError
 from bkfast.meta import zk_layout
 from tests.client.test_client_cluster import _write_while_killing
-from tests.client_cluster import Cluster
+from tests.cluster_factory import running_cluster
 from tests.tls_support import make_pki
 
 pytestmark = pytest.mark.zookeeper
@@ -34,11 +34,9 @@ def pki(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper_server, tmp_path_factory, pki):
-    c = Cluster(zookeeper_server, tmp_path_factory.mktemp("tlscluster"), bookies=4, **pki.bookie_conf(authz=True))
-    try:
-        yield c
-    finally:
-        c.stop()
+    with running_cluster(zookeeper_server, tmp_path_factory.mktemp("tlscluster"), 4,
+                         **pki.bookie_conf(authz=True)) as started:
+        yield started
 
 
 @pytest.fixture
@@ -97,13 +95,10 @@ def test_plaintext_client_refused_by_the_tls_cluster(running):
 
 
 def test_tls_client_against_a_bookie_without_tls_fails_cleanly(zookeeper_server, tmp_path, pki):
-    plain = Cluster(zookeeper_server, tmp_path, bookies=1)
-    try:
+    with running_cluster(zookeeper_server, tmp_path, 1) as plain:
         with pytest.raises(BKError):
             with BookKeeper(plain.metadata_uri, timeout=30, addEntryTimeoutSec=3, **pki.client_conf()) as bk:
                 bk.create_ledger(1, 1, 1, password=PASSWORD).add_entry(b"x")
-    finally:
-        plain.stop()
 
 
 def _bench_ledger(metadata_uri, conf, *args):
