@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from kazoo.client import KazooClient
 
@@ -168,7 +169,7 @@ def run_data(args) -> None:
                                           "p99RatioUnthrottled": round(u["p99_ms"] / max(a["p99_ms"], 1e-9), 2)}),
                               flush=True)
                     else:
-                        from bkfast.replication.zk_urm import UnderReplicationManager
+                        from bkfast.meta.zk_underreplication import ZkUnderReplicationManager as UnderReplicationManager
 
                         urm = UnderReplicationManager(zk, root)
                         ids = bk.list_ledgers()
@@ -202,7 +203,6 @@ def run_data(args) -> None:
 
 
 def run_scale(args) -> None:
-    from bkfast.replication.zk_urm import UnderReplicationManager
     from twisted.internet import defer
 
     from bkfast.client.blocking import call_in_reactor
@@ -210,8 +210,11 @@ def run_scale(args) -> None:
     from bkfast.ids import LedgerId
     from bkfast.meta.ledger_metadata import LedgerMetadata, LedgerState
     from bkfast.meta.zk_driver import ZkMetadataDriver
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager as UnderReplicationManager
+    from bkfast.reactor import call
     from bkfast.replication import admin_ops
     from bkfast.replication.auditor import Auditor
+    from bkfast.replication.settings import AuditorSettings
     from bkfast.replication.stats import ReplicationStats
 
     with ZooKeeperServer(heap="512m") as zk_server:
@@ -242,11 +245,13 @@ def run_scale(args) -> None:
             zk.create(f"{root}/available/{b}", b"", ephemeral=True)
         conf = ServerConfiguration({"metadataServiceUri": uri})
         urm = UnderReplicationManager(zk, root)
-        auditor = Auditor(zk, root, "hierarchical", urm, conf, None, ReplicationStats(), None)
+        # audit() reads ledger metadata through the client's driver only: the driver stands in for a client
+        auditor = Auditor(urm, AuditorSettings.from_conf(conf), SimpleNamespace(driver=driver), ReplicationStats(),
+                          call)
         out = auditor.audit()
         print(json.dumps({"phase": "scale-audit", **out}), flush=True)
         started = time.monotonic()
-        rows = admin_ops.list_under_replicated(zk, root)
+        rows = admin_ops.list_under_replicated(urm)
         print(json.dumps({"phase": "scale-listunderreplicated", "marked": len(rows),
                           "seconds": round(time.monotonic() - started, 2)}), flush=True)
         call_in_reactor(60, driver.close)

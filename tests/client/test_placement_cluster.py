@@ -23,6 +23,7 @@ from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
 from bkfast.reactor import call
 from bkfast.replication.auditor import Auditor
 from bkfast.replication.rereplicate import OK
+from bkfast.replication.settings import AuditorSettings, WorkerSettings
 from bkfast.replication.stats import ReplicationStats
 from bkfast.replication.worker import ReplicationWorker
 from tests.cluster_factory import cluster_fixture
@@ -214,7 +215,7 @@ def test_auditor_counts_ledgers_that_break_the_policy_and_workers_repair_them(cl
                                 "lockReleaseOfFailedLedgerGracePeriod": 0, **RACK_AWARE})
     with BookKeeper(cluster.metadata_uri, timeout=60, **RACK_AWARE) as bk:
         stats = ReplicationStats()
-        auditor = Auditor(cluster.zk, cluster.root, "hierarchical", urm, conf, bk.async_client, stats, call)
+        auditor = Auditor(urm, AuditorSettings.from_conf(conf), bk.async_client, stats, call)
         found = auditor.placement_policy_check()
         assert stats.num_ledgers_not_adhering_to_placement_policy == len(breaking) >= 3
         assert stats.num_ledgers_softly_adhering_to_placement_policy == 0
@@ -228,7 +229,7 @@ def test_auditor_counts_ledgers_that_break_the_policy_and_workers_repair_them(cl
         # no topology (the default conf): every bookie in /default-rack, so no write quorum spans two racks
         assert shell_json(cluster, "placementpolicycheck")[1]["numLedgersNotAdheringToPlacementPolicy"] == \
             len(written)
-        worker = ReplicationWorker(cluster.zk, cluster.root, urm, conf, bk.async_client, ReplicationStats(), call)
+        worker = ReplicationWorker(urm, WorkerSettings.from_conf(conf), bk.async_client, ReplicationStats(), call)
         for lid in breaking:
             assert urm.try_lock(lid)
             assert worker.process(lid) == OK

@@ -245,7 +245,7 @@ def _zk(uri: str):
 
 def _replication_state(uri: str) -> dict:
     """The under-replication marks ({ledger: [bookies]}) and the registered bookies (writable or read-only)."""
-    from bkfast.replication.zk_urm import UnderReplicationManager
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager as UnderReplicationManager
 
     client = _zk(uri)
     try:

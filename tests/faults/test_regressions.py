@@ -198,7 +198,7 @@ def _proxied_urm(zookeeper_server):
 
     from kazoo.client import KazooClient
 
-    from bkfast.replication.zk_urm import UnderReplicationManager
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager as UnderReplicationManager
 
     chroot = f"/regress-{uuid.uuid4().hex}"
     direct = KazooClient(hosts=zookeeper_server + chroot, timeout=10.0)
@@ -246,13 +246,15 @@ def test_a_worker_that_loses_zookeeper_while_processing_a_mark_releases_its_lock
     from kazoo.exceptions import ConnectionLoss
 
     from bkfast.conf import ServerConfiguration
+    from bkfast.replication.settings import WorkerSettings
     from bkfast.replication.stats import ReplicationStats
     from bkfast.replication.worker import ReplicationWorker
 
     proxy, urm, other = _proxied_urm(zookeeper_server)
     try:
         urm.mark(123, ["127.0.0.1:3181"])
-        worker = ReplicationWorker(urm.zk, "/ledgers", urm, ServerConfiguration({}), None, ReplicationStats(), None)
+        worker = ReplicationWorker(urm, WorkerSettings.from_conf(ServerConfiguration({})), None, ReplicationStats(),
+                                   None)
         proxy.arm(b"007b/urL0000000123")                   # the mark's read, after the lock was taken
         with pytest.raises(ConnectionLoss):
             worker._take_one()

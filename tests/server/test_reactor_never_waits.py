@@ -274,8 +274,8 @@ def test_client_that_never_reads_answers_of_entries_not_in_memory_cannot_grow_th
 
 # --- a storage sync is slow (issue 26) ---------------------------------------------------------------
 
-SYNC_DELAY_S = 2.0
-STALL_S = 1.0              # a probe slower than this waited behind a sync (SYNC_DELAY_S) on the reactor
+SYNC_DELAY_S = 1.0
+STALL_S = 0.5              # a probe slower than this waited behind a sync (SYNC_DELAY_S) on the reactor
 STORAGES = ["DbLedgerStorage", "SortedLedgerStorage", "InterleavedLedgerStorage"]
 PROBE_LEDGER = 900
 EFENCED = 104
@@ -526,9 +526,9 @@ def _stalls(latencies: list[float]) -> list[float]:
 
 def test_fences_of_many_ledgers_at_once_never_stall_other_connections_while_syncs_are_slow(in_process_bookie):
     """A recovery storm: 12 ledgers fenced at once (v2 and v3 fencing reads, one connection each) while
-    every storage sync takes 2 s. Each fence is answered, the add behind it refused (EFENCED) before,
+    every storage sync takes SYNC_DELAY_S (1 s). Each fence is answered, the add behind it refused (EFENCED) before,
     and another connection's adds and reads are answered promptly all along. Before issue 26 the
-    fenced flag was written with a synced RocksDB write on the reactor: 2 s of silence per fence."""
+    fenced flag was written with a synced RocksDB write on the reactor: a whole sync of silence per fence."""
     b = in_process_bookie
     ledgers = b.ledgers(12)
     prober = Prober(b)
@@ -555,7 +555,7 @@ def test_fences_of_many_ledgers_at_once_never_stall_other_connections_while_sync
 
 def test_every_request_kind_and_ledger_deletes_leave_the_reactor_answering_while_syncs_are_slow(
         in_process_bookie):
-    """Each request kind in turn, on its own connection, while every storage sync takes 2 s; then the
+    """Each request kind in turn, on its own connection, while every storage sync takes SYNC_DELAY_S; then the
     garbage collector deletes a ledger. Meanwhile another connection's adds and reads are answered
     promptly, the reactor thread never enters a sync, and every request gets its normal answer."""
     b = in_process_bookie
@@ -655,10 +655,10 @@ def _probe_read_latencies(c: Client, ledger: int, seconds: float) -> list[float]
 
 
 def test_fences_and_lac_writes_never_wait_for_a_full_journal_queue_and_are_answered_once_durable(tmp_path):
-    """journalQueueSize 16 and a journal whose every batch takes 2 s: one flood of adds keeps the journal
+    """journalQueueSize 16 and a journal whose every batch takes SYNC_DELAY_S: one flood of adds keeps the journal
     thread in its sync while a second fills the queue. Fencing reads (v2, v3) and explicit-LAC writes then
     arrive. Another connection's reads are answered promptly all along (before, the reactor waited in
-    Journal.log_record for queue room, up to 2 s per record), and each fence and LAC write is answered
+    Journal.log_record for queue room, up to SYNC_DELAY_S per record), and each fence and LAC write is answered
     only after the batch holding its record was synced."""
     b = InProcessBookie(tmp_path, "DbLedgerStorage", journalQueueSize=str(QUEUE_SIZE))
     try:
@@ -669,7 +669,7 @@ def test_fences_and_lac_writes_never_wait_for_a_full_journal_queue_and_are_answe
         conns = [Client("127.0.0.1", b.port, timeout=120) for _ in range(len(fence_ledgers) + len(lac_ledgers))]
         try:
             with SlowJournal() as slow:
-                _flood(flooder, 0, 4 * QUEUE_SIZE)        # taken by the journal thread: 2 s in its sync
+                _flood(flooder, 0, 4 * QUEUE_SIZE)        # taken by the journal thread: SYNC_DELAY_S in its sync
                 time.sleep(0.3)
                 _flood(flooder, 4 * QUEUE_SIZE, 4 * QUEUE_SIZE)     # the queue: full
                 time.sleep(0.1)
