@@ -11,6 +11,7 @@ ZooKeeper (a real server; Java and Debian's ``zookeeper`` package are installed 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,33 @@ def zk_client(zookeeper_server):
         finally:
             client.stop()
             client.close()
+
+
+# --- the fast tier (`make test-fast`: pytest -m "not slow") ----------------------------------------------------
+_SLOW_LIST = Path(__file__).resolve().parent / "slow_tests.txt"
+# Crash tests and fault campaigns are slow by what they are; the Spark tests share one JVM-backed session whose
+# start alone (about 11 s) would take a twentieth of the fast tier's budget.
+_ALWAYS_SLOW = ("tests/crash/", "tests/faults/", "tests/spark/")
+
+
+def _slow_test_ids() -> set[str]:
+    ids = set()
+    for line in _SLOW_LIST.read_text().splitlines():
+        node = line.split("  # ", 1)[0].strip()
+        if node and not node.startswith("#"):
+            ids.add(node)
+    return ids
+
+
+@pytest.hookimpl(tryfirst=True)       # before -k/-m deselect, so every collected test is seen
+def pytest_collection_modifyitems(config, items):
+    slow_ids = _slow_test_ids()
+    collected = {item.nodeid for item in items}
+    collected_files = {nodeid.split("::", 1)[0] for nodeid in collected}
+    stale = sorted(n for n in slow_ids if n.split("::", 1)[0] in collected_files and n not in collected)
+    if stale:
+        raise pytest.UsageError("tests/slow_tests.txt names tests that do not exist (renamed or removed? rerun "
+                                "scripts/update_slow_tests.py or edit the list):\n  " + "\n  ".join(stale))
+    for item in items:
+        if item.nodeid in slow_ids or item.nodeid.startswith(_ALWAYS_SLOW):
+            item.add_marker(pytest.mark.slow)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 
 from bkfast._journal import RecordKind, parse_record
-
 from bkfast.bookie import journal_files
 from bkfast.codec import FLAG_DO_FENCING, DigestType, decode_response, encode_add_request, encode_read_request
 from bkfast.errors import V2Rc

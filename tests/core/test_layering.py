@@ -36,7 +36,7 @@ LAYERS = {
     3: ["meta"],
     2: ["codec", "_clientpath", "tls", "stats"],
     1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog"],
-    0: ["errors", "_protowire", "_refcodec_v3", "conf_java", "conf_keys", "_stats"],
+    0: ["errors", "_protowire", "_bigendian", "_refcodec_v3", "conf_java", "conf_keys", "_stats"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
 
@@ -230,3 +230,145 @@ def test_errors_py_holds_the_one_exception_hierarchy():
                     isinstance(base, ast.Name) and base.id in builtin_errors for base in node.bases):
                 outside.append(f"{path.relative_to(ROOT)}: {node.name}")
     assert not outside, f"exception classes outside bkfast.errors' hierarchy: {outside}"
+
+
+def _private_imports(path: Path) -> list[str]:
+    """`from bkfast.x import _name` of a private name (not a module) of another package or top-level module."""
+    if path.suffix != ".py":
+        return []
+    found = []
+    src = unit_of_file(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = _absolute(path, node.level, node.module)
+            if not (base == "bkfast" or base.startswith("bkfast.")) or unit_of(base) == src:
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and not _is_module(f"{base}.{alias.name}"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {base}.{alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_packages():
+    # A package's `_name` is its own business; another package that needs it needs a public name. Extension
+    # modules imported as modules (`from bkfast import _journal`) are modules, not private names.
+    wrong = [hit for path in source_files() for hit in _private_imports(path)]
+    assert not wrong, "private names imported across packages:\n" + "\n".join(wrong)
+
+
+def test_the_private_import_rule_catches_a_private_import(tmp_path):
+    module = PACKAGE / "client" / "_layering_probe_tmp.py"
+    module.write_text("from bkfast.conf_keys import _not_public\n")
+    try:
+        assert _private_imports(module) == [
+            "bkfast/client/_layering_probe_tmp.py:1 imports bkfast.conf_keys._not_public"]
+    finally:
+        module.unlink()
+
+
+def _layout_block() -> str:
+    return DOC.read_text().split("## Layout", 1)[1].split("```", 2)[1]
+
+
+def test_every_file_the_layout_names_exists_where_it_says():
+    # The layout block names files inside the paragraph of their package ("meta/ ... zk_driver.py"); a file
+    # that was moved or removed leaves a sentence that is no longer true.
+    missing = []
+    package = ""
+    for line in _layout_block().splitlines():
+        head = re.match(r"^  (\S+)", line)
+        if head:
+            first = head.group(1)
+            package = first.rstrip("/") if first.endswith("/") else ""
+        for name in re.findall(r"(?<![\w/.])([A-Za-z_][\w]*\.(?:py|pyx|pxi|pxd|h))(?!\w)", line):
+            where = [PACKAGE / package / name, PACKAGE / name] if package else [PACKAGE / name]
+            if not any(p.exists() for p in where):
+                missing.append(f"{package + '/' if package else ''}{name}")
+    assert not missing, f"docs/architecture.md's layout names files that do not exist: {missing}"
+
+
+def test_every_package_path_the_page_names_exists():
+    # `meta/factory.py`, `net/read_pool.py` ... anywhere on the page.
+    text = DOC.read_text()
+    named = set(re.findall(r"(?<![\w/.])((?:[a-z_]+/)+[A-Za-z_]\w*\.(?:py|pyx|pxi|pxd|md|json))", text))
+    missing = sorted(n for n in named if not (PACKAGE / n).exists() and not (ROOT / n).exists()
+                     and not (ROOT / "docs" / n).exists())
+    assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_the_page_claims_no_package_is_missing():
+    # It once said streams/ and spark/ did not exist while they did.
+    text = DOC.read_text()
+    for sentence in re.split(r"(?<=\.)\s|\n\s*\n", text):
+        if re.search(r"do(?:es)? not exist|planned package", sentence, re.I):
+            for name in re.findall(r"`(\w+)/`", sentence):
+                assert not (PACKAGE / name).is_dir(), f"the page says {name}/ does not exist: {sentence!r}"
+
+
+def test_only_the_factory_imports_the_metadata_driver_implementations():
+    # "meta/factory.py is the only module that imports the implementations" (the page's Layers section).
+    implementations = {f"bkfast.meta.{m}" for m in ("zk_driver", "embedded")}
+    importers = sorted(str(path.relative_to(ROOT)) for path in source_files()
+                       if implementations & set(imports_of(path)) and path.name != "factory.py")
+    assert not importers, f"modules other than meta/factory.py import a metadata driver implementation: {importers}"
+
+
+def test_client_never_imports_the_bookie_or_a_storage_and_bookie_never_the_network():
+    # The page's Layers section states both; the layer numbers alone would allow client -> bookie.
+    graph = package_graph()
+    assert not {"bookie", "dbstorage", "indexstorage", "storage"} & set(graph.get("client", {})), graph["client"]
+    assert not {"net", "server", "http"} & set(graph.get("bookie", {})), graph["bookie"]
+
+
+def test_http_never_builds_what_it_serves():
+    # "http/ only exposes what it is handed (the Bookie, the listener factory, the metrics) and never builds it."
+    builders = {"bkfast.bookie.bookie", "bkfast.server", "bkfast.server.service", "bkfast.net.server"}
+    wrong = [f"{path.relative_to(ROOT)} -> {target}" for path in source_files() if unit_of_file(path) == "http"
+             for target in imports_of(path) if target in builders]
+    assert not wrong, wrong
+
+
+# Modules below the edge that take typed settings (issue 26): they never read a configuration themselves.
+# Their settings classes' `from_conf` is the one place a configuration is read; the edge (bkfast.server,
+# storage_factory, the Bookie for its parts) calls it. Not listed yet: bookie/journal.py and journals.py,
+# the ledger storages (dbstorage/, indexstorage/), meta/, tls/ and stats/provider.py still read one.
+TYPED_SETTINGS_MODULES = [
+    "storage/entrylogger.py", "net/server.py", "net/request_stats.py", "bookie/bookie.py", "bookie/compaction.py",
+    "bookie/disk_checker.py", "bookie/gc.py", "bookie/gc_stats.py", "bookie/read_only.py", "bookie/settings.py",
+    "bookie/stats.py", "bookie/storage_full.py",
+]
+_CONF_NAMES = frozenset({"conf", "config", "configuration", "_conf"})
+
+
+def _conf_reads(path: Path, root: Path = ROOT) -> list[str]:
+    """`<conf>.get("key")` and any other `<conf>.<attr>` (accessors, is_set) outside a `from_conf`, where
+    `<conf>` is a name or attribute called conf / config / configuration."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, in_from_conf: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_from_conf = in_from_conf or node.name == "from_conf"
+        if isinstance(node, ast.Attribute) and not in_from_conf:
+            base = node.value
+            name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+            if name in _CONF_NAMES:
+                found.append(f"{path.relative_to(root)}:{node.lineno} reads {name}.{node.attr}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_from_conf)
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return found
+
+
+def test_lower_layers_take_typed_settings_and_never_read_the_configuration():
+    wrong = [hit for rel in TYPED_SETTINGS_MODULES for hit in _conf_reads(PACKAGE / rel)]
+    assert not wrong, ("read the configuration at the edge (a settings class's from_conf) and hand the values "
+                       "down:\n" + "\n".join(wrong))
+
+
+def test_the_configuration_read_rule_catches_a_read(tmp_path):
+    module = tmp_path / "probe.py"
+    module.write_text("class S:\n    @classmethod\n    def from_conf(cls, conf):\n        return conf.get('a')\n\n"
+                      "def f(self, conf):\n    return conf.get('logSizeLimit'), self.conf.page_size, conf\n")
+    assert _conf_reads(module, root=tmp_path) == ["probe.py:7 reads conf.get", "probe.py:7 reads conf.page_size"]
