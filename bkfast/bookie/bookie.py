@@ -29,6 +29,7 @@ from bkfast.bookie import journal as journal_mod
 from bkfast.bookie.blocking import SYNC_WAIT_SECONDS, BlockingCalls  # noqa: F401  (SYNC_WAIT_SECONDS: re-exported)
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
+from bkfast.bookie.interface import BookieMetricsSink
 from bkfast.bookie.journals import JournalSet
 from bkfast.bookie.lac import LacReads, LacTracker, lac_of_buffer
 from bkfast.bookie.read_only import ReadOnlyState
@@ -127,7 +128,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         self.stats.register_gauges(settings.journal_queue_size, self.journal_dirs, self.ledger_dirs, self.index_dirs,
                                    self.disk_checker)
         # bkfast.http.metrics.BookieMetrics when the admin HTTP server is on; None costs one check per op.
-        self.metrics = None
+        self.metrics: BookieMetricsSink | None = None
         # Per ledger: known LAC and long-poll waiters (reactor thread; see bkfast.bookie.lac).
         self.lac = LacTracker()
         self._room_listener: Callable[[], None] | None = None

@@ -29,9 +29,16 @@ BatchCompletion = Callable[[list[int] | None, BaseException | None], None]
 
 
 class BookieMetricsSink(Protocol):
-    """The part of bkfast.http.metrics.BookieMetrics the server records into (http/ sits above net/)."""
+    """The part of bkfast.http.metrics.BookieMetrics the server and the Bookie record into (http/ sits above
+    both)."""
 
     def adds_answered(self, n: int, error: BaseException | None, seconds: float) -> None: ...
+
+    def read_ok(self, seconds: float) -> None: ...
+
+    def read_failed(self, error: BaseException) -> None: ...
+
+    def reads_from_memory(self, n: int, seconds: float) -> None: ...
 
 
 class ServerBookie(Protocol):

@@ -138,12 +138,9 @@ class Journal:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)     # the journal thread waits here
         self._space = threading.Condition(self._lock)      # producers wait here when the queue is full
-        # The pending batch: records (None = force marker), tokens, indices of ack-before-sync records
-        # and of force markers, its bytes (with length fields), and its oldest record's enqueue time.
-        self._recs, self._toks, self._early, self._forces = [], [], [], []
-        # ... and for the stats, each enqueue call's time (ns) and record count, and each force's time.
-        self._enq_t, self._enq_n, self._force_t = [], [], []
+        self._clear_pending()
         self._inflight_bytes = 0     # of the batch being written
+        self._bytes = 0              # of the pending batch, with length fields
         self.stats = JournalStats(stats if stats is not None else StatsRegistry(enabled=False).logger(),
                                   lambda: self._bytes + self._inflight_bytes)
         self._queued = self.stats.queue_size
@@ -151,14 +148,17 @@ class Journal:
         # The bookie server's non-waiting adds: called (journal thread) when a batch is taken after want_room().
         self.room_listener = None
         self._room_wanted = False
-        self._bytes, self._first_t = 0, 0.0
+        self._first_t = 0.0          # the pending batch's oldest record's enqueue time
         self._consumer_waiting, self._producers_waiting = False, 0
-        self._state, self._failure, self._thread = _NEW, None, None
+        self._state = _NEW
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
         self._journal_id: int | None = None
         self._failed_recs: list = []    # records of the failed batch and queue, for recover()
         self._cut: LogMark | None = None    # where the failed batch began (None: cut at the durable mark)
-        self._fd, self._writer = -1, None
+        self._fd = -1
+        self._writer: _journal.JournalWriter | None = None
         self._mark, self._last_sync_t = LogMark(0, 0), 0.0
         self.batch_count = 0     # batches written (one write call each)
         self.sync_count = 0      # fdatasyncs of batches (file creation syncs are not counted)
@@ -166,6 +166,17 @@ class Journal:
         self.bytes_written = 0   # record, length and padding bytes
         # Optional `observe(seconds)` of each synced batch's write + fdatasync (admin metrics); journal thread.
         self.sync_latency_observer: Callable[[float], object] | None = None
+
+    def _clear_pending(self) -> None:
+        """No pending batch: its records (None = force marker), tokens, and indices of ack-before-sync records
+        and of force markers; for the stats, each enqueue call's time (ns) and record count, each force's time."""
+        self._recs: list[bytes | None] = []
+        self._toks: list = []
+        self._early: list[int] = []
+        self._forces: list[int] = []
+        self._enq_t: list[int] = []
+        self._enq_n: list[int] = []
+        self._force_t: list[int] = []
 
     # --- public API -----------------------------------------------------------------------------------
     @property
@@ -194,11 +205,11 @@ class Journal:
                 raise RuntimeError(f"journal {self.journal_dir} was already started")
             os.makedirs(self.current_dir, exist_ok=True)
             self._open_new_file()
-            self._mark = LogMark(self._journal_id, self._writer.position)
+            journal_id, writer = self._open_file()
+            self._mark = LogMark(journal_id, writer.position)
             self._last_sync_t = time.monotonic()
             self._state = _RUNNING
-        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{self._journal_id:x}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{journal_id:x}", daemon=True)
         self._thread.start()
 
     def log_record(self, record, token, ack_before_sync: bool = False, bounded: bool = True) -> None:
@@ -312,6 +323,7 @@ class Journal:
             self._thread.join()
         self._cut_at_mark()
         self._open_new_file()
+        journal_id, writer = self._open_file()
         with self._lock:
             recs, self._failed_recs, self._cut = self._failed_recs, [], None
             self._recs, self._toks, self._early, self._forces = recs, [None] * len(recs), [], []
@@ -321,15 +333,14 @@ class Journal:
             self._bytes = sum(4 + len(r) for r in recs)
             self._bounded = len(recs)
             self._first_t = self._last_sync_t = time.monotonic()
-            self._mark = LogMark(self._journal_id, self._writer.position)
+            self._mark = LogMark(journal_id, writer.position)
             self._failure = None
             self._state = _RUNNING
-        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{self._journal_id:x}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{journal_id:x}", daemon=True)
         self._thread.start()
         log.warning("journal %s recovered: writing %s, where the %d records of the failed batch and queue "
                     "are journaled again first", self.journal_dir, os.path.basename(journal_path(
-                        self.journal_dir, self._journal_id)), len(recs))
+                        self.journal_dir, journal_id)), len(recs))
 
     def _cut_at_mark(self) -> None:
         """Truncate the failed file where the failed batch began (or, failing elsewhere, at the durable
@@ -399,8 +410,7 @@ class Journal:
                 self._consumer_waiting = False
             batch = JournalBatch(self._recs, self._toks, self._early, self._forces, self._enq_t, self._enq_n,
                                  self._force_t, self._bytes, reason)
-            self._recs, self._toks, self._early, self._forces = [], [], [], []
-            self._enq_t, self._enq_n, self._force_t = [], [], []
+            self._clear_pending()
             self._inflight_bytes, self._bytes = self._bytes, 0
             self._bounded = 0
             if self._producers_waiting:
@@ -472,7 +482,7 @@ class Journal:
         return [], toks
 
     def _commit(self, batch: JournalBatch) -> None:
-        writer = self._writer
+        journal_id, writer = self._open_file()
         recs, toks, forces = batch.recs, batch.toks, batch.forces
         sync = (self._sync_data or bool(forces)
                 or time.monotonic() - self._last_sync_t >= self._page_flush_interval)
@@ -491,7 +501,7 @@ class Journal:
                 writer.write(recs, sync)
         except OSError as err:
             self._failed_recs = [r for r in recs if r is not None]      # recover() journals them again
-            self._cut = LogMark(self._journal_id, start)                # ... and cuts the file here
+            self._cut = LogMark(journal_id, start)                      # ... and cuts the file here
             self._fail(err, late_toks if acked_early else toks, f"batch at offset {start}")
         records = len(recs) - len(forces)
         self.batch_count += 1
@@ -517,10 +527,17 @@ class Journal:
             self._roll()
 
     def _synced(self) -> None:
-        self.stats.synced(self._writer.last_sync_ns)
+        journal_id, writer = self._open_file()
+        self.stats.synced(writer.last_sync_ns)
         self.sync_count += 1
         self._last_sync_t = time.monotonic()
-        self._mark = LogMark(self._journal_id, self._writer.synced_position)
+        self._mark = LogMark(journal_id, writer.synced_position)
+
+    def _open_file(self) -> tuple[int, _journal.JournalWriter]:
+        """The open journal file's id and writer (there is one from start() until stop or a failure)."""
+        writer, journal_id = self._writer, self._journal_id
+        assert writer is not None and journal_id is not None, f"journal {self.journal_dir}: no file is open"
+        return journal_id, writer
 
     def _deliver(self, tokens: list) -> None:
         t0 = now_ns()
@@ -601,8 +618,7 @@ class Journal:
             self._failed_recs.extend(r for r in self._recs if r is not None)
             rest = self._toks
             self._queued.add(-len(self._recs))
-            self._recs, self._toks, self._early, self._forces = [], [], [], []
-            self._enq_t, self._enq_n, self._force_t = [], [], []
+            self._clear_pending()
             self._bytes = self._inflight_bytes = self._bounded = 0
             self._space.notify_all()
         log.error("journal %s: %s failed at offset %d: %s; failing %d in-flight and %d queued requests, "

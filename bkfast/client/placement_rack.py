@@ -40,7 +40,7 @@ def _spread_rank(location: str, neighbours: list) -> int:
 
 
 class RackawareEnsemblePlacementPolicy(PlacementPolicy):
-    """See the module docstring."""
+    """Every write quorum over min(W, minNumRacksPerWriteQuorum) racks (the rule and Java's choices above)."""
 
     name = RACKAWARE_POLICY
     default_location = DEFAULT_RACK

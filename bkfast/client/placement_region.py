@@ -41,7 +41,7 @@ _rank = spread_by_top_level
 
 
 class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
-    """See the module docstring."""
+    """Any ack quorum of a write quorum in reppMinimumRegionsForDurability regions (the rule above)."""
 
     name = REGIONAWARE_POLICY
     default_location = DEFAULT_REGION_AND_RACK

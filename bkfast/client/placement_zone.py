@@ -50,7 +50,7 @@ def _zones_at_least(zones: int):
 
 
 class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
-    """See the module docstring."""
+    """Write quorums over zones, and over upgrade domains within a zone (the rule above)."""
 
     name = ZONEAWARE_POLICY
     default_location = DEFAULT_ZONE_AND_UPGRADE_DOMAIN

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.internet import defer, threads
@@ -34,6 +35,9 @@ from bkfast.errors import AdminBusyError
 from bkfast.http.limits import AdminSite, AdmissionGate, load_json
 from bkfast.http.metrics import BookieMetrics
 from bkfast.ids import bookie_address
+
+if TYPE_CHECKING:
+    from bkfast.replication.daemon import AutoRecoveryDaemon
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class AdminContext:
         self.metrics = metrics
         # The whole scrape (bkfast.stats.StatsProvider.text: Java's stats, bkfast's, the process's)
         self.render_metrics: Callable[[], str] | None = None
-        self.autorecovery = None            # the AutoRecoveryDaemon when autoRecoveryDaemonEnabled
+        self.autorecovery: AutoRecoveryDaemon | None = None     # when autoRecoveryDaemonEnabled
         self.shutting_down = False
 
     def disk_space(self) -> tuple[int, int]:

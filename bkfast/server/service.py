@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.errors import ConfigurationError
@@ -41,6 +42,15 @@ from bkfast.ids import BookieAddress, bookie_address
 from bkfast.stats import StatsProvider
 
 from .metadata import MetadataSession
+
+if TYPE_CHECKING:
+    from bkfast.bookie.bookie import Bookie
+    from bkfast.http.metrics import BookieMetrics
+    from bkfast.http.server import AdminContext
+    from bkfast.meta.driver import MetadataDriver
+    from bkfast.net.server import BookieServerFactory
+    from bkfast.net.tls import ServerSecurity
+    from bkfast.replication.daemon import AutoRecoveryDaemon
 
 log = logging.getLogger(__name__)
 
@@ -179,19 +189,20 @@ class BookieService:
         self.bookie_id: str | None = None
         self.bookie_address: BookieAddress | None = None    # bind host, advertised host, id (bkfast.ids)
         self._sockets: dict[str, socket.socket] = {}        # bound, not yet listening (see bind_socket)
-        self.driver = None
-        self.bookie = None
-        self.factory = None
-        self.port = None
-        self.address = None                 # the listening address (.host, .port) once started
-        self.metrics = None
-        self.http_port = None
+        # Each part is None until start() built it (the Twisted ports are IListeningPort).
+        self.driver: MetadataDriver | None = None
+        self.bookie: Bookie | None = None
+        self.factory: BookieServerFactory | None = None
+        self.port: Any = None               # Twisted's IListeningPort (zope interfaces: not typed)
+        self.address: Any = None            # the listening address (.host, .port) once started
+        self.metrics: BookieMetrics | None = None
+        self.http_port: Any = None
         self.stats = StatsProvider.from_conf(conf)
-        self.stats_port = None              # the Prometheus /metrics listener (prometheusStatsHttpPort)
+        self.stats_port: Any = None         # the Prometheus /metrics listener (prometheusStatsHttpPort)
         self.registered = False             # bookie_SERVER_STATUS: -1 until the registration is written
-        self.admin = None
-        self.security = None
-        self.autorecovery = None
+        self.admin: AdminContext | None = None
+        self.security: ServerSecurity | None = None
+        self.autorecovery: AutoRecoveryDaemon | None = None
         self.exit_code = 0
         self._stop_requested = False
         self._stopped = None
@@ -208,29 +219,29 @@ class BookieService:
         # TLS keys and the authorizer are read (and checked) before anything starts
         self.security = ServerSecurity.from_conf(conf)
         log_unknown_keys(conf)
-        self._bind()
+        address = self._bind()
         try:
             check_dirs(conf)          # an unusable dir stops the start before ZooKeeper is touched
-            self._check_cookies_and_start_bookie()
+            bookie = self._check_cookies_and_start_bookie(address.bookie_id)
             if self.meta is not None:
                 # The port is bound and not listening: a client is refused at once while this waits.
-                self.meta.prepare_registration(self.bookie_id, self.bookie_address.host, conf.get("bookiePort"),
+                self.meta.prepare_registration(address.bookie_id, address.host, conf.get("bookiePort"),
                                                tls=self.security is not None and self.security.tls is not None)
-            self._listen()
-            self._start_metrics()
+            factory = self._listen(bookie)
+            self._start_metrics(bookie, factory)
             if conf.get("httpServerEnabled"):
-                self._start_http()
+                self._start_http(bookie, factory)
         finally:
             for sock in self._sockets.values():      # closed unless listening: a failed start frees its ports
                 sock.close()
             self._sockets.clear()
         if self.meta is not None:
-            self._register()
+            self._register(self.meta, bookie, address.bookie_id)
             if conf.get("autoRecoveryDaemonEnabled"):
-                self._start_autorecovery()
-        self.bookie.add_shutdown_listener(lambda reason: reactor.callFromThread(self._fatal, reason))
+                self._start_autorecovery(address.bookie_id)
+        bookie.add_shutdown_listener(lambda reason: reactor.callFromThread(self._fatal, reason))
 
-    def _check_cookies_and_start_bookie(self) -> None:
+    def _check_cookies_and_start_bookie(self, bookie_id: str) -> Bookie:
         """The cookies (written on a new bookie), then the Bookie (journal replay, a new journal file). A
         full, read-only or forbidden dir met on the way (a cookie or the new journal cannot be written) is a
         ConfigurationError naming its key (`dir_error`)."""
@@ -239,7 +250,7 @@ class BookieService:
             if self.use_metadata:
                 self.meta = MetadataSession(conf, stats=self.stats.logger("bookie").scope("bookie"))
                 try:
-                    self.meta.check_cookies(self.bookie_id)
+                    self.meta.check_cookies(bookie_id)
                 except BaseException:
                     self.meta.close()
                     self.meta = None
@@ -249,17 +260,17 @@ class BookieService:
                 # dir removed or added since the last start is refused, naming it.
                 from bkfast.meta import check_local_cookies
 
-                check_local_cookies(conf, self.bookie_id)
+                check_local_cookies(conf, bookie_id)
                 log.warning("running without a metadata service (--no-metadata): local cookie check only, "
                             "not registered")
-            self._start_bookie()
+            return self._start_bookie()
         except OSError as err:
             translated = dir_error(conf, err)
             if translated is None:
                 raise
             raise translated from err
 
-    def _bind(self) -> None:
+    def _bind(self) -> BookieAddress:
         """Bind the bookie port (and the HTTP port): the first thing that can fail because of another process,
         so it fails before a cookie or a registration is written. Sets the bookie's address and id."""
         conf = self.conf
@@ -279,10 +290,11 @@ class BookieService:
                 bound.close()
             self._sockets.clear()
             raise
-        self.bookie_address = bookie_address(conf)
-        self.bookie_id = self.bookie_address.bookie_id
+        self.bookie_address = address = bookie_address(conf)
+        self.bookie_id = address.bookie_id
+        return address
 
-    def _start_bookie(self) -> None:
+    def _start_bookie(self) -> Bookie:
         from bkfast.bookie.bookie import Bookie
         from bkfast.net.server import make_dispatcher
 
@@ -297,27 +309,29 @@ class BookieService:
                 lambda f: log.error("metadata driver for garbage collection did not start: %s", f.value)))
             reactor.addSystemEventTrigger("before", "shutdown", driver.close)
             self.driver = driver
-        self.bookie = Bookie(self.conf, dispatcher=make_dispatcher(reactor), ledger_exists_source=self.driver,
-                             stats=self.stats.logger())
-        self.bookie.start()
-        self.bookie.read_only = self.conf.get("forceReadOnlyBookie")
+        self.bookie = bookie = Bookie(self.conf, dispatcher=make_dispatcher(reactor),
+                                      ledger_exists_source=self.driver, stats=self.stats.logger())
+        bookie.start()
+        bookie.read_only = self.conf.get("forceReadOnlyBookie")
+        return bookie
 
-    def _listen(self) -> None:
+    def _listen(self, bookie: Bookie) -> BookieServerFactory:
         from bkfast.net.server import BookieServerFactory, ServerSettings
 
-        self.factory = BookieServerFactory(self.bookie, ServerSettings.from_conf(self.conf), self.reactor,
-                                           security=self.security)
-        self.port = listen_on(self.reactor, self._sockets.pop("bookie"), self.factory, "bookiePort",
+        self.factory = factory = BookieServerFactory(bookie, ServerSettings.from_conf(self.conf), self.reactor,
+                                                     security=self.security)
+        self.port = listen_on(self.reactor, self._sockets.pop("bookie"), factory, "bookiePort",
                               self.conf.listen_backlog)
         self.address = self.port.getHost()
+        return factory
 
     def server_status(self) -> int:
         """bookie_SERVER_STATUS as Java's: 1 registered and writable, 0 read-only, -1 not registered."""
-        if self.meta is not None and not self.registered:
+        if self.bookie is None or (self.meta is not None and not self.registered):
             return -1
         return 0 if self.bookie.read_only else 1
 
-    def _start_metrics(self) -> None:
+    def _start_metrics(self, bookie: Bookie, factory: BookieServerFactory) -> None:
         """bkfast's own metrics (BookieMetrics, `bkfast_*`) when anything serves metrics, the rollover of the
         latency windows, and the Prometheus /metrics port."""
         if not (self.stats.enabled or self.conf.get("httpServerEnabled")):
@@ -326,18 +340,19 @@ class BookieService:
 
         from bkfast.http.metrics import BookieMetrics
 
-        self.metrics = BookieMetrics(self.bookie, self.factory)
-        self.stats.add_extra(self.metrics.registry)
+        self.metrics = metrics = BookieMetrics(bookie, factory)
+        self.stats.add_extra(metrics.registry)
         # The Bookie and its Journal report to bkfast's metrics through these hooks (None: one check per op).
-        self.bookie.metrics = self.metrics
-        if self.bookie.journal is not None:
-            self.bookie.journal.sync_latency_observer = self.metrics.journal_sync_observe
+        bookie.metrics = metrics
+        if bookie.journal is not None:
+            bookie.journal.sync_latency_observer = metrics.journal_sync_observe
         self.stats.logger("bookie").gauge("SERVER_STATUS", self.server_status)
         if self.stats.enabled:
             rollover = task.LoopingCall(self.stats.rollover)
             rollover.clock = self.reactor
             rollover.start(self.stats.rollover_seconds, now=False)
-            self.reactor.addSystemEventTrigger("before", "shutdown", lambda: rollover.running and rollover.stop())
+            self.reactor.addSystemEventTrigger("before", "shutdown",
+                                               lambda: rollover.stop() if rollover.running else None)
         sock = self._sockets.pop("stats", None)
         if sock is not None:
             from bkfast.http.stats_endpoint import listen_stats
@@ -346,17 +361,16 @@ class BookieService:
             bound = self.stats_port.getHost()
             log.info("Prometheus metrics on http://%s:%d/metrics", bound.host, bound.port)
 
-    def _start_http(self) -> None:
+    def _start_http(self, bookie: Bookie, factory: BookieServerFactory) -> None:
         from bkfast.http.server import AdminContext, start_http_server
 
-        self.admin = AdminContext(self.bookie, self.factory, self.meta, self.metrics)
-        self.admin.render_metrics = self.stats.text
-        self.http_port = start_http_server(self.reactor, self.conf, self.admin, sock=self._sockets.pop("http"))
+        self.admin = admin = AdminContext(bookie, factory, self.meta, self.metrics)
+        admin.render_metrics = self.stats.text
+        self.http_port = start_http_server(self.reactor, self.conf, admin, sock=self._sockets.pop("http"))
 
-    def _register(self) -> None:
+    def _register(self, meta: MetadataSession, node: Bookie, bid: str) -> None:
         from twisted.internet import threads
 
-        meta, node, bid = self.meta, self.bookie, self.bookie_id
         meta.register(node.read_only)
         self.registered = True
 
@@ -378,14 +392,14 @@ class BookieService:
             lambda read_only: self.reactor.callFromThread(threads.deferToThread, sync_registration))
         sync_registration()
 
-    def _start_autorecovery(self) -> None:
+    def _start_autorecovery(self, bookie_id: str) -> None:
         """AutoRecovery (auditor election + replication worker) in this process, copying to this bookie; it
         starts once the reactor runs and stops before the reactor does."""
         from twisted.internet import threads
 
         from bkfast.replication.daemon import AutoRecoveryDaemon
 
-        daemon = AutoRecoveryDaemon(self.conf, self.bookie_id, local_bookie=self.bookie_id,
+        daemon = AutoRecoveryDaemon(self.conf, bookie_id, local_bookie=bookie_id,
                                     stats=self.stats.logger("replication"))
         if self.metrics is not None:
             from bkfast.replication.stats import ReplicationCollector
