@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
+from typing import Any
 
 from bkfast.errors import ReactorTimeoutError
 
@@ -106,8 +107,10 @@ def _fail_outstanding() -> None:
 def submit(fn, *args, **kwargs) -> Pending:
     """Start `fn(*args, **kwargs)` in the reactor thread (see the module docstring for where none runs)."""
     global _shutdown_hooked
-    from twisted.internet import reactor
+    from twisted.internet import reactor as global_reactor
     from twisted.python.threadable import isInIOThread
+
+    reactor: Any = global_reactor     # it provides every IReactor* interface; Twisted types it as one of them
 
     pending = Pending(getattr(fn, "__qualname__", None) or repr(fn))
     if isInIOThread() or not (reactor.running or _thread_started):

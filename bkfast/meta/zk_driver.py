@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -29,7 +30,8 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
-from twisted.internet import defer, reactor, threads
+from twisted.internet import defer, threads
+from twisted.internet import reactor as global_reactor
 from twisted.python.threadpool import ThreadPool
 
 from bkfast.errors import (
@@ -65,6 +67,9 @@ from .zk_layout import (
 )
 
 __all__ = ["ZkMetadataDriver", "IDGEN_LONG"]
+
+# The global reactor provides every IReactor* interface; Twisted types it as only one of them.
+reactor: Any = global_reactor
 
 log = logging.getLogger(__name__)
 
