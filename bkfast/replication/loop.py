@@ -7,6 +7,7 @@ interruptible sleep between rounds. Must never: run in the reactor thread.
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections.abc import Callable
 
@@ -17,7 +18,7 @@ __all__ = ["ThreadLoop", "available_bookies"]
 _TIMEOUT_S = 60.0
 
 
-class ThreadLoop:
+class ThreadLoop(abc.ABC):
     """A component whose `_run` loops in one daemon thread named `thread_name` until `stop()`."""
 
     thread_name = "bk-autorecovery-loop"
@@ -28,8 +29,9 @@ class ThreadLoop:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @abc.abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The thread's body: loop until self._stop is set (self._wake interrupts a wait)."""
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)

@@ -34,6 +34,7 @@ from bkfast.replication.stats import ReplicationCollector, ReplicationStats
 from bkfast.replication.worker import ReplicationWorker
 from tests.client_cluster import Cluster
 from tests.replication_support import check_replicas, shell, shell_json
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.zookeeper
 
@@ -166,15 +167,6 @@ def test_decommission_live_bookie(cluster, bk):
     cluster.bookies.remove(live)
 
 
-def _wait(what, predicate, timeout=30.0, step=0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
-    return value
-
-
 def _auditor(cluster, bk, **intervals):
     conf = ServerConfiguration({"metadataServiceUri": cluster.metadata_uri, "lostBookieRecoveryDelay": 0,
                                 **intervals})
@@ -204,15 +196,15 @@ def test_auditor_periodic_bookie_check_and_check_all_ledgers(cluster, bk):
     # 1. the wiped bookie stopped: the first audit marks its ledgers; marks lost later (an operator's unmark)
     #    come back by the periodic bookie check alone (no bookie changes any more)
     wiped.stop()
-    _wait("the registration to go", lambda: wiped.bookie_id not in _registered(cluster))
+    wait_until("the registration to go", lambda: wiped.bookie_id not in _registered(cluster))
     auditor = _auditor(cluster, bk, auditorPeriodicBookieCheckInterval=1, auditorPeriodicCheckInterval=0)
     auditor.start()
     try:
-        _wait("the first audit's marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
+        wait_until("the first audit's marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
         for lid in on_wiped:
             assert mark_text.fullmatch(cluster.zk.get(urm.mark_path(lid))[0])
             urm.unmark(lid)
-        _wait("the periodic bookie check's marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
+        wait_until("the periodic bookie check's marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
     finally:
         auditor.stop()
     for lid in on_wiped:
@@ -232,16 +224,16 @@ def test_auditor_periodic_bookie_check_and_check_all_ledgers(cluster, bk):
     auditor = _auditor(cluster, bk, auditorPeriodicBookieCheckInterval=0, auditorPeriodicCheckInterval=1)
     auditor.start()
     try:
-        _wait("checkAllLedgers' marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
+        wait_until("checkAllLedgers' marks", lambda: sorted(urm.list_marked()) == sorted(on_wiped))
         assert auditor.last_audit["marksWritten"] == 0           # the bookie audit saw nothing lost
         for lid in on_wiped:
             assert mark_text.fullmatch(cluster.zk.get(urm.mark_path(lid))[0])
-        first = _wait("checkallledgersctime", lambda: urm.get_ctime(CHECK_ALL_LEDGERS_CTIME) > 0 and
+        first = wait_until("checkallledgersctime", lambda: urm.get_ctime(CHECK_ALL_LEDGERS_CTIME) > 0 and
                       urm.get_ctime(CHECK_ALL_LEDGERS_CTIME))
         assert started_ms <= first <= int(time.time() * 1000)
         raw = cluster.zk.get(ctime_path)[0]                       # binary CheckAllLedgersFormat, field 1
         assert raw[0] == 0x08 and len(raw) == 7
-        _wait("a second periodic checkAllLedgers", lambda: urm.get_ctime(CHECK_ALL_LEDGERS_CTIME) > first)
+        wait_until("a second periodic checkAllLedgers", lambda: urm.get_ctime(CHECK_ALL_LEDGERS_CTIME) > first)
         assert healthy not in urm.list_marked()
     finally:
         auditor.stop()
