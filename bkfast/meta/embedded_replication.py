@@ -247,15 +247,15 @@ class EmbeddedAuditorElection(AuditorElection):
         self.bookie_id = bookie_id
         self.vote: int | None = None
         self.is_auditor = False
-        self._wake = threading.Event()
+        self.wake = threading.Event()
 
     def run_once(self) -> bool:
         if self.bookie_id is None:
             raise ValueError("an observer of the auditor election (no bookie id) cannot vote")
-        self._wake.clear()
+        self.wake.clear()
         with self.state.lock:
-            if self._wake not in self.state.candidates:
-                self.state.candidates.append(self._wake)
+            if self.wake not in self.state.candidates:
+                self.state.candidates.append(self.wake)
             if self.vote not in self.state.votes:
                 self.vote = self.state.next_vote
                 self.state.next_vote += 1
@@ -267,20 +267,12 @@ class EmbeddedAuditorElection(AuditorElection):
         self.is_auditor = won
         return won
 
-    def wait_for_change(self, timeout: float) -> bool:
-        changed = self._wake.wait(timeout)
-        self._wake.clear()
-        return changed
-
-    def interrupt(self) -> None:
-        self._wake.set()
-
     def withdraw(self) -> None:
         with self.state.lock:
             if self.vote is not None and self.state.votes.pop(self.vote, None) is not None:
                 self.state.wake_candidates()
-            if self._wake in self.state.candidates:
-                self.state.candidates.remove(self._wake)
+            if self.wake in self.state.candidates:
+                self.state.candidates.remove(self.wake)
         self.vote = None
         self.is_auditor = False
 

@@ -16,6 +16,7 @@ what it watches changes. Must never name a store's paths, versions' encodings or
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -163,20 +164,23 @@ class AuditorElection(abc.ABC):
 
     bookie_id: str | None
     is_auditor: bool
+    wake: threading.Event     # set when the outcome may have changed (a watch, a vote going, interrupt())
 
     @abc.abstractmethod
     def run_once(self) -> bool:
         """One round: vote if this candidate has no living vote; True if it is now the auditor. Either way
         a change that may alter the outcome (a vote ahead of ours, or our own, going) ends `wait_for_change`."""
 
-    @abc.abstractmethod
     def wait_for_change(self, timeout: float) -> bool:
         """Block until the outcome may have changed, `interrupt()` is called, or `timeout` s pass; True unless
         it timed out. Each return consumes the change."""
+        changed = self.wake.wait(timeout)
+        self.wake.clear()
+        return changed
 
-    @abc.abstractmethod
     def interrupt(self) -> None:
         """End a `wait_for_change` now (shutdown, or a failed round to be run again)."""
+        self.wake.set()
 
     @abc.abstractmethod
     def withdraw(self) -> None:

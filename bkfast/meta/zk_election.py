@@ -62,14 +62,6 @@ class ZkAuditorElection(AuditorElection):
             return parse_vote(data)
         return None
 
-    def wait_for_change(self, timeout: float) -> bool:
-        changed = self.wake.wait(timeout)
-        self.wake.clear()
-        return changed
-
-    def interrupt(self) -> None:
-        self.wake.set()
-
     def _ensure_vote(self) -> None:
         if self.bookie_id is None:
             raise ValueError("an observer of the auditor election (no bookie id) cannot vote")
