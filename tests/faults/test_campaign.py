@@ -89,8 +89,16 @@ def _checker_catches_injections_on_real_history(history, final, seed):
     violations = check(history, lost).violations
     assert {v.kind for v in violations} <= {"stream_lost", "stream_gap"}, violations
     assert any(v.kind == "stream_lost" and v.witnesses == [k] for v in violations), violations
-    # 4. an under-replication mark left for a ledger whose bookies are all registered
-    ledger = rng.choice(sorted(final["ledgers"]))
+    # 4. an under-replication mark left for a ledger whose bookies are all registered, with a spare one (a
+    # ledger whose ensembles name a bookie that is gone, or every bookie, is rightly not healable)
+    available = set(final["replication"]["available"])
+    healable = [lid for lid, md in final["ledgers"].items()
+                if _ensemble_bookies(md) <= available and available - _ensemble_bookies(md)]
+    ledger = rng.choice(sorted(healable))
     marked = copy.deepcopy(final)
     marked["replication"]["marks"] = {ledger: [marked["replication"]["available"][0]]}
     assert [(v.kind, v.ledger) for v in check(history, marked).violations] == [("underreplicated", int(ledger))]
+
+
+def _ensemble_bookies(ledger_final: dict) -> set:
+    return {bookie for _start, ensemble in ledger_final["ensembles"] for bookie in ensemble}
