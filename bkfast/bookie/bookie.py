@@ -50,6 +50,8 @@ from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage import thread_stats
 from bkfast.storage.entry_header import entry_lac
 from bkfast.storage.interface import LedgerStorage
+from bkfast.threads import SYNC as SYNC_THREAD
+from bkfast.threads import NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         self.storage_full.journal_started([journal.last_log_mark.journal_id for journal in self.journals])
         # Everything replayed is now in ledger storage; checkpointing it makes the next start fast.
         self.storage_full.checkpoint_after_start()
-        self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, name="bookie-sync", daemon=True)
+        self._checkpoint_thread = NamedThread(self._checkpoint_loop, SYNC_THREAD)
         self._checkpoint_thread.start()
         self.disk_checker.check()
         self.disk_checker.start()

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bkfast.bookie.settings import DiskCheckerSettings
+from bkfast.threads import DISK_CHECK, NamedThread
 
 __all__ = ["DiskChecker", "disk_usage", "is_no_space"]
 
@@ -70,7 +71,7 @@ class DiskChecker:
         self._warned: set[str] = set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="bookie-disk-checker", daemon=True)
+        self._thread = NamedThread(self._loop, DISK_CHECK)
         self._thread.start()
 
     def stop(self) -> None:

@@ -40,6 +40,8 @@ from bkfast.errors import ReactorTimeoutError
 from bkfast.ids import LedgerId
 from bkfast.reactor import call as reactor_call
 from bkfast.storage.entrylogger import LOGFILE_HEADER_SIZE, EntryLogger
+from bkfast.threads import GC as GC_THREAD
+from bkfast.threads import NamedThread
 
 __all__ = ["GarbageCollector", "LogUsage"]
 
@@ -141,7 +143,7 @@ class GarbageCollector:
     # -- thread --------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="bookie-gc", daemon=True)
+        self._thread = NamedThread(self._loop, GC_THREAD)
         self._thread.start()
 
     def stop(self) -> None:

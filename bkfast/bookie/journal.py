@@ -80,6 +80,7 @@ from bkfast.bookie.journal_stats import EMPTY_QUEUE, MAX_OUTSTANDING, MAX_WAIT, 
 from bkfast.bookie.logmark import LogMark, fsync_dir, read_last_mark, write_last_mark  # noqa: F401
 from bkfast.errors import BKBookieIOException, BKTooManyRequestsException
 from bkfast.stats import StatsLogger, StatsRegistry
+from bkfast.threads import JOURNAL, NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +110,9 @@ class Journal:
 
     def __init__(self, journal_dir, conf, completion_sink: Callable[[list], object],
                  error_sink: Callable[[list, BaseException], object] | None = None,
-                 enqueue_timeout_s: float = 5.0, stats: StatsLogger | None = None):
-        """`stats`: where this journal's Java stats go (`bookie_journal` with its journalIndex label)."""
-        self.journal_dir = os.fspath(journal_dir)
+                 enqueue_timeout_s: float = 5.0, stats: StatsLogger | None = None, index: int = 0):
+        """`stats`: its Java stats (`bookie_journal`, journalIndex label); `index`: its thread is journal-<index>."""
+        self.index, self.journal_dir = index, os.fspath(journal_dir)
         self.current_dir = os.path.join(self.journal_dir, CURRENT_DIR)
         self._completion_sink = completion_sink
         self._error_sink = error_sink
@@ -209,7 +210,7 @@ class Journal:
             self._mark = LogMark(journal_id, writer.position)
             self._last_sync_t = time.monotonic()
             self._state = _RUNNING
-        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{journal_id:x}", daemon=True)
+        self._thread = NamedThread(self._run, f"{JOURNAL}-{self.index}")
         self._thread.start()
 
     def log_record(self, record, token, ack_before_sync: bool = False, bounded: bool = True) -> None:
@@ -336,7 +337,7 @@ class Journal:
             self._mark = LogMark(journal_id, writer.position)
             self._failure = None
             self._state = _RUNNING
-        self._thread = threading.Thread(target=self._run, name=f"bkfast-journal-{journal_id:x}", daemon=True)
+        self._thread = NamedThread(self._run, f"{JOURNAL}-{self.index}")
         self._thread.start()
         log.warning("journal %s recovered: writing %s, where the %d records of the failed batch and queue "
                     "are journaled again first", self.journal_dir, os.path.basename(journal_path(

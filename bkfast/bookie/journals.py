@@ -81,7 +81,8 @@ class JournalSet:
         self.count = len(self.journal_dirs)
         scope = stats.scope("journal") if stats is not None else None
         self.journals = [Journal(d, conf, completion_sink, error_sink,
-                                 stats=scope.scope_label("journalIndex", i) if scope is not None else None)
+                                 stats=scope.scope_label("journalIndex", i) if scope is not None else None,
+                                 index=i)
                          for i, d in enumerate(self.journal_dirs)]
         self.started = False
 

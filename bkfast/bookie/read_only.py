@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
+from bkfast.threads import start_thread
 
 if TYPE_CHECKING:
     from bkfast.bookie.journals import JournalSet
@@ -146,4 +147,4 @@ class ReadOnlyState:
                 except Exception:  # noqa: BLE001
                     log.exception("bookie shutdown listener failed")
 
-        threading.Thread(target=run, name="bookie-shutdown", daemon=True).start()
+        start_thread(run, "bookie-shutdown")

@@ -33,6 +33,7 @@ from bkfast.bookie.journal import CACHE_DROP_LAG_BYTES, Journal
 from bkfast.bookie.journal_files import HEADER_SIZE, MAGIC
 from bkfast.conf import ServerConfiguration
 from bkfast.loadgen import percentiles_ms
+from bkfast.threads import NamedThread
 
 _MiB = 1024 * 1024
 _MAX_SAMPLES = 2_000_000      # percentiles use every record up to this many, an even sample above
@@ -136,7 +137,7 @@ class _Run:
     def run(self, duration: float, report_every: float, report) -> float:
         for journal in self.journals:
             journal.start()
-        producer = threading.Thread(target=self.produce, name="bench-producer", daemon=True)
+        producer = NamedThread(self.produce, "bench-producer")
         start = time.perf_counter()
         producer.start()
         seen, last_t = [0] * len(self.journals), start

@@ -57,6 +57,8 @@ from bkfast.errors import (
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entry_header import entry_lac
 from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
+from bkfast.storage.thread_stats import DB_STORAGE_POOL, register_thread
+from bkfast.threads import FLUSH, NamedThread
 
 __all__ = ["SingleDirectoryDbLedgerStorage"]
 
@@ -71,8 +73,10 @@ class SingleDirectoryDbLedgerStorage:
     """Entries and ledger metadata of the ledgers a DbLedgerStorage routes to one directory."""
 
     def __init__(self, ledger_dir, index_dir, conf, entry_logger: EntryLogger | None = None, *,
-                 write_cache_bytes: int, read_cache_bytes: int, stats: StatsLogger | None = None):
-        """`stats`: the `bookie` scope logger; this directory's stats carry its indexDir and ledgerDir."""
+                 write_cache_bytes: int, read_cache_bytes: int, stats: StatsLogger | None = None,
+                 dir_index: int = 0):
+        """`stats`: the `bookie` scope logger; this directory's stats carry its indexDir and ledgerDir.
+        `dir_index`: its place in ledgerDirectories (its flush thread is flush-<dir_index>)."""
         self.ledger_dir = Path(ledger_dir)
         self.index_dir = Path(index_dir)
         current = self.index_dir / "current"
@@ -122,8 +126,7 @@ class SingleDirectoryDbLedgerStorage:
         self.flush_slices = 0  # entry-logger calls (and GIL hand-overs) of all flushes so far
         self.flushed_entries = 0  # entries written to the entry log by all flushes so far
         self.error_listener = None  # callable(error) told about background flush failures (the Bookie's)
-        self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True,
-                                              name=f"db-storage-flush-{self.ledger_dir.name}")
+        self._flush_thread = NamedThread(self._flush_loop, f"{FLUSH}-{dir_index}")
         self._flush_thread.start()
 
     # -- ledger metadata (same signatures as DbLedgerStorage, which may hand these out directly) -------
@@ -492,6 +495,7 @@ class SingleDirectoryDbLedgerStorage:
         self._ledgers.record_checkpoint()
 
     def _flush_loop(self) -> None:
+        register_thread(DB_STORAGE_POOL, 0)
         thread_time = self._stats.flush_thread_time
         while True:
             self._flush_event.wait()

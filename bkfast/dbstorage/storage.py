@@ -68,10 +68,11 @@ class DbLedgerStorage:
         read_cache = int(conf.db_storage_read_ahead_cache_max_size_mb) * _MiB // n
         self._dirs: list[SingleDirectoryDbLedgerStorage] = []
         try:
-            for ledger_dir, index_dir, logger in zip(ledger_dirs, index_dirs, loggers, strict=True):
+            for dir_index, (ledger_dir, index_dir, logger) in enumerate(
+                    zip(ledger_dirs, index_dirs, loggers, strict=True)):
                 self._dirs.append(SingleDirectoryDbLedgerStorage(
-                    ledger_dir, index_dir, conf, logger,
-                    write_cache_bytes=write_cache, read_cache_bytes=read_cache, stats=stats))
+                    ledger_dir, index_dir, conf, logger, write_cache_bytes=write_cache,
+                    read_cache_bytes=read_cache, stats=stats, dir_index=dir_index))
         except BaseException:
             for d in self._dirs:
                 d.close()

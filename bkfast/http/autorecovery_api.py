@@ -16,9 +16,9 @@ The two long operations run in a background thread; their outcome goes to the bo
 from __future__ import annotations
 
 import logging
-import threading
 
 from bkfast.errors import AdminError
+from bkfast.threads import start_thread
 
 from .admin_api import ENDPOINTS as ADMIN_ENDPOINTS
 from .admin_api import Text, _ApiError, _body_object, _bool, install_admin_api
@@ -75,7 +75,7 @@ def _background(name: str, fn, *args) -> None:
         except Exception as err:
             log.error("%s failed: %s", name, err)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
+    start_thread(run, name)
 
 
 def recover_bookie(s, params, body):

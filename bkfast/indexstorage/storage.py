@@ -37,6 +37,7 @@ from bkfast.indexstorage.memtable import Memtable
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entry_header import entry_lac
 from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
+from bkfast.threads import FLUSH, NamedThread
 
 __all__ = ["IndexedLedgerStorage"]
 
@@ -80,7 +81,7 @@ class IndexedLedgerStorage:
         self._flush_event = threading.Event()
         if sorted:
             self._memtable = Memtable(int(conf.skip_list_size_limit))
-            self._flush_thread = threading.Thread(target=self._flush_loop, daemon=True, name="sorted-storage-flush")
+            self._flush_thread = NamedThread(self._flush_loop, f"{FLUSH}-0")
             self._flush_thread.start()
         log.info("file-based index storage (%s) on ledger dirs %s, index dirs %s: pageSize %d, pageLimit %d, "
                  "open files %d", "sorted" if sorted else "interleaved", ledger_dirs, index_dirs,

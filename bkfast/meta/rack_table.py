@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from bkfast.errors import MetadataError
+from bkfast.threads import start_thread
 
 __all__ = ["RACK_TABLE_NODE", "DEFAULT_GROUP", "RackTable", "rack_table_path", "parse_rack_table",
            "serialize_rack_table", "check_rack", "normalize_rack", "with_bookie", "without_bookie", "find_bookie",
@@ -201,7 +201,7 @@ def watch_rack_table(zk, path: str, listener: Callable[[RackTable], None]) -> Ca
         except Exception as err:         # kazoo errors: the watch is lost, say so once
             log.warning("could not watch the bookie rack table at %s: %r", path, err)
 
-    threading.Thread(target=run, name=f"bk-rack-table-watch{path}", daemon=True).start()
+    start_thread(run, "zk-rack-watch")
 
     def cancel():
         state["cancelled"] = True

@@ -18,6 +18,7 @@ from kazoo.protocol.states import KazooState
 from bkfast.errors import BookieIdInUseError, MetadataError
 from bkfast.ids import split_bookie_id
 from bkfast.proto import BookieServiceInfoFormat
+from bkfast.threads import NamedThread
 
 from .driver import BookieInfo
 from .zk_layout import AVAILABLE, READONLY, zk_path
@@ -218,8 +219,7 @@ class BookieRegistration:
             self._session_lost = False
             t = self._reregister_thread
             if t is None or not t.is_alive():
-                self._reregister_thread = threading.Thread(
-                    target=self._reregister, name=f"bk-reregister-{self.bookie_id}", daemon=True)
+                self._reregister_thread = NamedThread(self._reregister, "zk-reregister")
                 self._reregister_thread.start()
 
     def _reregister(self) -> None:

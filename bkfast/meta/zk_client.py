@@ -26,14 +26,17 @@ LOST; the bookie registration re-creates its node on the new session at once), o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient, TransactionRequest
+from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import KazooRetry
 
 from bkfast._stats import now_ns
+from bkfast.threads import ZK, start_thread
 
 __all__ = ["RETRY_MAX_S", "RETRY_START_S", "WATCHER_STATES", "ZK_OPS", "StatsKazooClient", "ZkStats",
            "connection_retry", "make_zk_client", "quiet_connect_attempts"]
@@ -157,12 +160,21 @@ class StatsKazooClient(KazooClient):
         return _StatsTransaction(self)
 
 
+class NamedThreadingHandler(SequentialThreadingHandler):
+    """kazoo's threading handler whose threads (connection, events, completions) are `zk-client` in the
+    kernel, not whatever thread happened to start the client."""
+
+    def spawn(self, func, *args, **kwargs):
+        return start_thread(functools.partial(func, *args, **kwargs), f"{ZK}-client")
+
+
 def make_zk_client(hosts: str, session_timeout_s: float, *, log_states: bool = True, stats=None,
                    **kwargs) -> KazooClient:
     """A KazooClient (not started) with the quick connection retry; `kwargs` go to KazooClient. With a
     StatsLogger `stats` that records (an enabled registry's), a StatsKazooClient recording Java's ZooKeeper
     client stats under it."""
     kwargs.setdefault("connection_retry", connection_retry(session_timeout_s))
+    kwargs.setdefault("handler", NamedThreadingHandler())
     if stats is not None and stats.enabled:
         client = StatsKazooClient(hosts=hosts, timeout=session_timeout_s, zk_stats=ZkStats(stats), **kwargs)
     else:

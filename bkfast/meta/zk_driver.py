@@ -43,6 +43,7 @@ from bkfast.errors import (
     MetadataError,
 )
 from bkfast.ids import LedgerId
+from bkfast.threads import ZK, start_thread, thread_factory
 
 from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
@@ -81,9 +82,7 @@ class _DaemonThreadPool(ThreadPool):
     """Daemon threads: a program that forgets to close its client must still be able to exit (kazoo's
     own threads are daemons too)."""
 
-    @staticmethod
-    def threadFactory(*args, **kwargs):
-        return threading.Thread(*args, daemon=True, **kwargs)
+    threadFactory = staticmethod(thread_factory(f"{ZK}-meta"))  # type: ignore[assignment]  # a factory, as Twisted calls it
 
 
 class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
@@ -225,7 +224,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
 
         def stop_pool(result):
             # ThreadPool.stop() joins the workers: never in the reactor thread.
-            threading.Thread(target=self._pool.stop, name="bk-zk-meta-stop", daemon=True).start()
+            start_thread(self._pool.stop, "zk-meta-stop")
             return result
         d.addBoth(stop_pool)
         return d
@@ -604,4 +603,4 @@ def _start_watch(kind, zk, path, func) -> None:
             kind(zk, path, func)
         except KazooException as e:
             log.warning("could not set a watch on %s: %r", path, e)
-    threading.Thread(target=run, name=f"bk-zk-watch-{path}", daemon=True).start()
+    start_thread(run, "zk-watch")

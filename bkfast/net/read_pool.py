@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import cast
 
 from bkfast.errors import BKError
+from bkfast.threads import READ, NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class ReadPool:
         self._lock = threading.Lock()
         self._done: list = []
         self._scheduled = False
-        self._threads = [threading.Thread(target=self._work, args=(i,), name=f"bookie-read-{i}", daemon=True)
+        self._threads = [NamedThread(self._work, f"{READ}-{i}", args=(i,))
                          for i in range(len(self._queues))]
         for t in self._threads:
             t.start()

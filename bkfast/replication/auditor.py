@@ -50,7 +50,7 @@ class Auditor(ThreadLoop):
     """See the module docstring. `bk` is an AsyncBookKeeper (its driver is the metadata store); `call(fn, ...)`
     runs async work on the reactor and waits (bkfast.reactor.call)."""
 
-    thread_name = "bk-auditor"
+    thread_name = "auditor"
 
     def __init__(self, urm: UnderReplicationManager, settings: AuditorSettings, bk, stats, call):
         super().__init__()

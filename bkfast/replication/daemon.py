@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from bkfast.reactor import call
 from bkfast.stats import StatsLogger, StatsRegistry
+from bkfast.threads import NamedThread
 
 from .auditor import Auditor
 from .settings import AutoRecoverySettings
@@ -59,7 +60,7 @@ class AutoRecoveryDaemon:
     # --- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start in a background thread (connecting blocks; never on the reactor thread)."""
-        self._thread = threading.Thread(target=self._main, name="bk-autorecovery", daemon=True)
+        self._thread = NamedThread(self._main, "autorecovery")
         self._thread.start()
 
     def _connect(self) -> None:

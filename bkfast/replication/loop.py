@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from bkfast.errors import MetadataError
+from bkfast.threads import NamedThread
 
 __all__ = ["ThreadLoop", "available_bookies"]
 
@@ -21,7 +22,7 @@ _TIMEOUT_S = 60.0
 class ThreadLoop(abc.ABC):
     """A component whose `_run` loops in one daemon thread named `thread_name` until `stop()`."""
 
-    thread_name = "bk-autorecovery-loop"
+    thread_name = "autorecovery"
     join_s = 30.0
 
     def __init__(self):
@@ -34,7 +35,7 @@ class ThreadLoop(abc.ABC):
         """The thread's body: loop until self._stop is set (self._wake interrupts a wait)."""
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread = NamedThread(self._run, self.thread_name)
         self._thread.start()
 
     def stop(self) -> None:

@@ -71,7 +71,7 @@ class _Pass:
 class ReplicationWorker(ThreadLoop):
     """See the module docstring. `bk` is an AsyncBookKeeper; `call` runs async work on its reactor and waits."""
 
-    thread_name = "bk-replication-worker"
+    thread_name = "repl-worker"
     join_s = 60.0
 
     def __init__(self, urm: UnderReplicationManager, settings: WorkerSettings, bk, stats, call,

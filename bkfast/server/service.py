@@ -40,6 +40,7 @@ from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.errors import ConfigurationError
 from bkfast.ids import BookieAddress, bookie_address
 from bkfast.stats import StatsProvider
+from bkfast.threads import BOOKIE_IO, name_this_thread, thread_factory
 
 from .metadata import MetadataSession
 
@@ -508,6 +509,9 @@ class BookieService:
         bound = self.address
         # Only now say we are up: a supervisor may send SIGTERM the moment it reads this line.
         print(f"bookie listening on {bound.host}:{bound.port}", flush=True)
+        # Threads the reactor starts later would otherwise inherit its OS name (bkfast.threads).
+        self.reactor.getThreadPool().threadFactory = thread_factory("twisted-pool")
+        name_this_thread(BOOKIE_IO)
         self.reactor.run(installSignalHandlers=False)
         signal.set_wakeup_fd(-1)
         self.close()

@@ -3,9 +3,9 @@
 Java's ThreadRegistry knows which pool each bookie thread belongs to, and a thread-scoped stat records
 under the calling thread's (pool, index); a thread nobody registered records under `?`/`?`. bkfast's
 threads are told apart the same way: a thread may register itself (`register_thread`), and otherwise its
-name says it: the read pool's `bookie-read-<i>` is Java's `BookieReadThreadPool` thread i, a
-DbLedgerStorage flush thread is `db-storage` thread 0. Every other thread (the reactor, the checkpoint
-thread, a test's) is `?`/`?`, as an unregistered Java thread is.
+name says it: the read pool's `read-<i>` is Java's `BookieReadThreadPool` thread i. A DbLedgerStorage
+flush thread registers as `db-storage` thread 0 (each directory has its own, as in Java). Every other
+thread (the reactor, the checkpoint thread, a test's) is `?`/`?`, as an unregistered Java thread is.
 
 A read the Bookie serves for a fencing or recovery request runs under `high_priority()`: it then records
 as Java's `BookieHighPriorityThread` (thread index kept), where Java's high-priority pool would run it.
@@ -28,7 +28,8 @@ HIGH_PRIORITY_POOL = "BookieHighPriorityThread"
 WRITE_POOL = "BookieWriteThreadPool"
 DB_STORAGE_POOL = "db-storage"
 
-_NAMED = ((re.compile(r"bookie-read-(\d+)$"), READ_POOL), (re.compile(r"db-storage-flush-()"), DB_STORAGE_POOL))
+# The read pool's threads are read-<i> (bkfast.threads.READ); a DbLedgerStorage flush thread registers itself.
+_NAMED = ((re.compile(r"read-(\d+)$"), READ_POOL),)
 _local = threading.local()
 
 

@@ -78,7 +78,7 @@ def add_batch(bookie: Bookie, entries, recovery: bool = False) -> list:
 
 
 def read_on(thread_name: str, read) -> object:
-    """Run `read` on a thread with that name (the read pool's are bookie-read-<i>); its result or error."""
+    """Run `read` on a thread with that name (the read pool's are read-<i>); its result or error."""
     out: list = []
 
     def run():
@@ -159,10 +159,10 @@ def test_db_storage_bookie_serves_every_bookie_series_of_java_with_values_that_a
 
         # reads on the read pool: from disk (with read-ahead), then from the read-ahead cache; a fencing
         # read on the high-priority pool; a missing entry
-        assert read_on("bookie-read-0", lambda: bookie.read_entry(2, 10)) == ledger2[10]
-        assert read_on("bookie-read-0", lambda: bookie.read_entry(2, 11)) == ledger2[11]
-        assert read_on("bookie-read-1", lambda: bookie.read_entry(2, 200, high_priority=True)) == ledger2[200]
-        assert isinstance(read_on("bookie-read-1", lambda: bookie.read_entry(2, 999, high_priority=True)),
+        assert read_on("read-0", lambda: bookie.read_entry(2, 10)) == ledger2[10]
+        assert read_on("read-0", lambda: bookie.read_entry(2, 11)) == ledger2[11]
+        assert read_on("read-1", lambda: bookie.read_entry(2, 200, high_priority=True)) == ledger2[200]
+        assert isinstance(read_on("read-1", lambda: bookie.read_entry(2, 999, high_priority=True)),
                           BKNoSuchEntryException)
         # reads from memory (the server's fast path): ledger 4's entries are still in the write cache
         ledger4 = [entry(4, i, 100) for i in range(5)]
@@ -300,7 +300,7 @@ def test_file_based_storage_serves_the_storage_independent_series(tmp_path, stor
         entries = [entry(1, i) for i in range(300)] + [entry(2, i) for i in range(10)]
         assert add_batch(bookie, entries) == []
         bookie.checkpoint()
-        assert read_on("bookie-read-0", lambda: bookie.read_entry(2, 3)) == entries[303]
+        assert read_on("read-0", lambda: bookie.read_entry(2, 3)) == entries[303]
         source.ledgers.discard((0, 1))
         bookie.gc.run_once(force_major=True)
         families = families_of(registry)
@@ -341,7 +341,7 @@ def test_two_ledger_dirs_and_two_journals_keep_a_set_each_that_sums_to_the_booki
         assert add_batch(bookie, entries) == []
         bookie.checkpoint()
         for ledger in (10, 11, 12):
-            assert read_on("bookie-read-3", lambda ledger=ledger: bookie.read_entry(ledger, 5)) == \
+            assert read_on("read-3", lambda ledger=ledger: bookie.read_entry(ledger, 5)) == \
                 entry(ledger, 5, 200)
         families = families_of(registry)
     finally:

@@ -1,0 +1,176 @@
+"""CPU per operation by bookie thread, from several load generators, and the scaling model it implies.
+
+    .venv/bin/python bench/thread_cpu_scaling.py [--generators 2] [--adds 100000] [--size 1024]
+        [--protocols v2,v3] [--outstanding 1000] [--reads 100000] [--dir DIR] [--cores 4,8,16] [--json]
+
+One fresh bookie (DbLedgerStorage, journal sync on, 64 MiB write and read caches; `-D key=value` adds
+keys) serves, per protocol: `--generators` processes of `bkfast bench bookie` (throughput phase, each on
+its own ledgers, `--outstanding` adds in flight each), then warm sequential reads of entries just written
+(one closed-loop reader per generator, bench/read_load.py, 256 in flight). Each thread's CPU is read from
+/proc/<pid>/task/*/schedstat before and after each phase (bkfast.stats.thread_cpu); the bookie names its
+threads (`bookie-io`, `journal-N`, `flush-N`, `read-N`, ...), so the figures say which thread pays.
+
+Printed per protocol and phase: ops/s (sum over generators), the worst generator's p99, and CPU
+microseconds per op by thread and in total. Then the scaling model (docs/threads.md): a bookie's adds/s on
+a host with C cores is bounded by its serial stages and by its total CPU,
+
+    adds/s(C) = min(1e6 / reactor_us, journals * 1e6 / journal_us, C * 1e6 / total_us)
+
+where reactor_us is the reactor thread's CPU per add (it runs on one core whatever C is), journal_us
+one journal thread's (one per journal directory; as many journals as cores given to journals, here
+assumed min(C / 4, 4)), and total_us every thread's. Assumptions: the disks keep up (the journal's
+fdatasync is not the limit), load generators are on other hosts, and per-op costs do not grow with C
+(no lock contention beyond what was measured). Every process is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from read_load import read_range  # noqa: E402
+
+from bkfast.cli.local_cluster import LocalBookie  # noqa: E402
+from bkfast.stats.thread_cpu import ThreadCpuMeter  # noqa: E402
+
+BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
+BOOKIE_CONF = {"journalSyncData": "true"}
+READ_WINDOW = 256
+
+
+def _generator(port: int, protocol: str, first_ledger: int, adds: int, size: int, outstanding: int,
+               ledgers: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*BKFAST, "bench", "bookie", "--bookie", f"127.0.0.1:{port}", "--protocol", protocol, "--json",
+         "--latency-count", "0", "--warmup-count", "0", "--throughput-count", str(adds), "--size", str(size),
+         "--outstanding", str(outstanding), "--ledgers", str(ledgers), "--first-ledger-id", str(first_ledger)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_generators(procs: list[subprocess.Popen]) -> list[dict]:
+    docs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=900)
+            if proc.returncode != 0:
+                raise RuntimeError(f"bench bookie failed ({proc.returncode}): {err[-2000:]}")
+            docs.append(json.loads(out.strip().splitlines()[-1])["throughput"])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return docs
+
+
+def run_adds(bookie: LocalBookie, protocol: str, first_ledger: int, args) -> dict:
+    meter = ThreadCpuMeter(bookie.pid)
+    meter.start()
+    start = time.perf_counter()
+    procs = [_generator(bookie.port, protocol, first_ledger + g * args.ledgers, args.adds, args.size,
+                        args.outstanding, args.ledgers) for g in range(args.generators)]
+    docs = _wait_generators(procs)
+    wall = time.perf_counter() - start
+    ops = sum(d["adds"] for d in docs)
+    return {"ops": ops, "ops_per_s": round(sum(d["adds_per_s"] for d in docs)),
+            "p99_ms": max(d["p99_ms"] for d in docs), "wall_s": round(wall, 2),
+            "errors": sum(d["errors"] for d in docs), "cpu_us_per_op": meter.stop(ops)}
+
+
+def _read_one(job: tuple) -> dict:
+    port, protocol, ledger, last = job
+    return read_range("127.0.0.1", port, ledger, 0, last, protocol=protocol, window=READ_WINDOW)
+
+
+def run_reads(bookie: LocalBookie, protocol: str, first_ledger: int, args) -> dict:
+    """Warm reads: each reader reads the first ledger its generator wrote, entries 0..last."""
+    per_ledger = args.adds // args.ledgers
+    last = min(per_ledger, max(1, args.reads // args.generators)) - 1
+    jobs = [(bookie.port, protocol, first_ledger + g * args.ledgers, last) for g in range(args.generators)]
+    with multiprocessing.get_context("spawn").Pool(args.generators) as pool:
+        pool.map(_read_one, jobs)                      # a first pass, so the measured one is warm
+        meter = ThreadCpuMeter(bookie.pid)
+        meter.start()
+        results = pool.map(_read_one, jobs)
+        spent = meter.stop(sum(r["entries"] for r in results))
+    ops = sum(r["entries"] for r in results)
+    return {"ops": ops, "ops_per_s": round(sum(r["entries"] / r["seconds"] for r in results)),
+            "errors": sum(r["errors"] for r in results), "cpu_us_per_op": spent}
+
+
+def scaling_model(cpu_us: dict, cores: list[int]) -> dict:
+    """adds/s bounds for each core count from the per-thread CPU per add (see the module's docstring)."""
+    reactor_us = cpu_us.get("bookie-io", 0.0)
+    journal_us = max((v for k, v in cpu_us.items() if k.startswith("journal-")), default=0.0)
+    total_us = cpu_us["total"]
+    model = {}
+    for c in cores:
+        journals = max(1, min(c // 4, 4))
+        bounds = {"reactor": 1e6 / reactor_us if reactor_us else float("inf"),
+                  "journals": journals * 1e6 / journal_us if journal_us else float("inf"),
+                  "cpu": c * 1e6 / total_us}
+        limit = min(bounds, key=bounds.__getitem__)
+        model[c] = {"adds_per_s": round(bounds[limit]), "limited_by": limit, "journals": journals}
+    return model
+
+
+def _print_phase(protocol: str, phase: str, r: dict) -> None:
+    extra = f" p99 {r['p99_ms']:.2f} ms" if "p99_ms" in r else ""
+    print(f"{protocol} {phase:<5} {r['ops']:>9,} ops {r['ops_per_s']:>9,} ops/s{extra} errors {r['errors']}")
+    print("    CPU us/op: " + "  ".join(f"{k} {v:.2f}" for k, v in r["cpu_us_per_op"].items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--generators", type=int, default=2)
+    ap.add_argument("--adds", type=int, default=100000, help="adds per generator")
+    ap.add_argument("--ledgers", type=int, default=4, help="ledgers per generator")
+    ap.add_argument("--reads", type=int, default=100000, help="warm reads in all (0: no read phase)")
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--outstanding", type=int, default=1000)
+    ap.add_argument("--protocols", default="v2,v3")
+    ap.add_argument("--cores", default="4,8,16")
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    conf = {**BOOKIE_CONF, **dict(kv.split("=", 1) for kv in args.conf)}
+    data_dir = Path(tempfile.mkdtemp(prefix="bkfast-thread-cpu-", dir=args.dir))
+    bookie = LocalBookie(data_dir, 0, extra_conf=conf).start()
+    report: dict = {"generators": args.generators, "size": args.size, "protocols": {}}
+    try:
+        first = int(time.time() * 1000) * 1000
+        for n, protocol in enumerate(args.protocols.split(",")):
+            first_ledger = first + n * args.generators * args.ledgers
+            adds = run_adds(bookie, protocol, first_ledger, args)
+            result = {"adds": adds, "model": scaling_model(adds["cpu_us_per_op"], [int(c) for c in
+                                                                                   args.cores.split(",")])}
+            if args.reads:
+                result["reads"] = run_reads(bookie, protocol, first_ledger, args)
+            report["protocols"][protocol] = result
+            if not args.json:
+                _print_phase(protocol, "adds", adds)
+                if "reads" in result:
+                    _print_phase(protocol, "reads", result["reads"])
+                print("    model: " + "  ".join(f"{c} cores {m['adds_per_s']:,} adds/s ({m['limited_by']})"
+                                                for c, m in result["model"].items()))
+    finally:
+        bookie.stop(60)
+        shutil.rmtree(data_dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
