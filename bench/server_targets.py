@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bkfast.cli.local_cluster import LocalBookie
 from bkfast.conf import DEFAULT_DB_STORAGE_CACHE_MB
+from bkfast.stats.thread_cpu import stat_cpu_s
 
 # The load generator runs from this interpreter (and so the bkfast it imports), as the bookie does.
 BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
@@ -60,9 +61,7 @@ CASES = {
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_s(f"/proc/{pid}/stat")
 
 
 def journal_dirs_for(data_dir: Path, journals: int, journal_bases: list[str]) -> list[Path]:

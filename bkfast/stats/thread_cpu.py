@@ -27,14 +27,20 @@ class ThreadTime:
     cpu_s: float
 
 
+def stat_cpu_s(stat_path: str) -> float:
+    """utime + stime, in seconds, of a /proc `stat` file: /proc/<pid>/stat is the whole process (every
+    thread, live or ended), /proc/<pid>/task/<tid>/stat one thread."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * _CLOCK_TICK_S
+
+
 def _thread_cpu_s(task_dir: str) -> float:
     try:
         with open(os.path.join(task_dir, "schedstat")) as f:
             return int(f.read().split()[0]) / 1e9
     except (OSError, ValueError, IndexError):
-        with open(os.path.join(task_dir, "stat")) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * _CLOCK_TICK_S
+        return stat_cpu_s(os.path.join(task_dir, "stat"))
 
 
 def sample(pid: int) -> dict[int, ThreadTime]:
