@@ -217,6 +217,11 @@ class Configuration:
     zk_servers = _Setting("zkServers")
     zk_ledgers_root_path = _Setting("zkLedgersRootPath")
     zk_timeout_ms = _Setting("zkTimeout")
+    etcd_tls_ca_file = _Setting("etcdTlsCaFile")
+    etcd_tls_cert_file = _Setting("etcdTlsCertFile")
+    etcd_tls_key_file = _Setting("etcdTlsKeyFile")
+    etcd_user = _Setting("etcdUser")
+    etcd_password = _Setting("etcdPassword")
     netty_max_frame_size_bytes = _Setting("nettyMaxFrameSizeBytes")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -98,7 +98,13 @@ COMMON_KEYS: tuple[Key, ...] = (
         derive=_uri_from_zk_servers),
     Key("zkServers", str, None, "Legacy ZooKeeper connect string (host:port,...); prefer metadataServiceUri"),
     Key("zkLedgersRootPath", str, "/ledgers", "Legacy ZooKeeper root of the ledger tree"),
-    Key("zkTimeout", int, 10000, "ZooKeeper session timeout, ms", min=1),
+    Key("zkTimeout", int, 10000, "ZooKeeper session timeout, ms; on etcd, the lease TTL and the call timeout", min=1),
+    # etcd (metadataServiceUri etcd://...): bkfast's own keys, Java's etcd driver has no TLS or authentication.
+    Key("etcdTlsCaFile", str, None, "CA bundle that signs the etcd servers' certificates; set = https"),
+    Key("etcdTlsCertFile", str, None, "Client certificate (PEM) for etcd's client-cert authentication"),
+    Key("etcdTlsKeyFile", str, None, "Private key (PEM) of etcdTlsCertFile"),
+    Key("etcdUser", str, None, "etcd user name (etcd's auth enabled); with etcdPassword"),
+    Key("etcdPassword", str, None, "Password of etcdUser"),
     Key("nettyMaxFrameSizeBytes", int, 5242880, "Largest frame on the wire, with its 4-byte length", min=1),
 )
 

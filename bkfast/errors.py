@@ -435,6 +435,10 @@ class ZooKeeperServerError(BKZKException, RuntimeError):
     """A local ZooKeeper server (sandbox, tests) could not be located, started or stopped."""
 
 
+class EtcdServerError(BKMetaStoreException, RuntimeError):
+    """A local etcd server (sandbox, tests) could not be located, started or stopped."""
+
+
 class StreamError(BKIncorrectParameterException):
     """A named log stream operation was refused (bad name, bad position, bad option)."""
 

@@ -6,6 +6,10 @@ ZooKeeper (a real server; Java and Debian's ``zookeeper`` package are installed 
     The JVM is stopped by pid (SIGTERM, then SIGKILL) when the session ends.
   * ``zk_client`` (function): a started ``KazooClient`` chrooted to a fresh ``/test-<uuid>`` on that
     server; its tree is deleted and the client stopped and closed after the test.
+
+etcd (a real server; Debian's ``etcd-server`` package is installed by ``make test``):
+  * ``etcd_server`` (session): a started ``tests/etcd_server.py`` ``EtcdServer``, single member on
+    127.0.0.1 (``.endpoint`` is ``"127.0.0.1:PORT"``), stopped by pid when the session ends.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.etcd_server import EtcdServer
 from tests.zk_server import ZooKeeperServer
 
 
@@ -25,6 +30,17 @@ def zookeeper_server():
     server.start()
     try:
         yield server.connect_string
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_server():
+    """A real etcd server shared by the whole test session; tests share its keyspace, so use unique keys."""
+    server = EtcdServer()
+    server.start()
+    try:
+        yield server
     finally:
         server.stop()
 

@@ -84,7 +84,9 @@ class AsyncBookKeeper:
         self.metadata_uri = metadata_uri
         self.conf = client_configuration(conf, **overrides)
         self.client_stats = ClientStats(stats)
-        self.driver = driver or open_metadata_driver(metadata_uri, **({"stats": stats} if stats is not None else {}))
+        # The configuration carries the store's own keys (zkTimeout; etcd's TLS and user).
+        self.driver = driver or open_metadata_driver(metadata_uri, conf=self.conf,
+                                                     **({"stats": stats} if stats is not None else {}))
         self.writable_bookies: dict[str, BookieInfo] = {}
         self.read_only_bookies: dict[str, BookieInfo] = {}
         self._failed: dict[str, float] = {}

@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -26,7 +27,7 @@ __all__ = [
     "Cookie", "CookieError", "CookieMismatchError", "COOKIE_LAYOUT_VERSION", "VERSION_FILENAME",
     "cookie_for_conf", "encode_dirs", "decode_dirs", "read_cookie_file", "write_cookie_file",
     "read_zk_cookie", "write_zk_cookie", "delete_zk_cookie", "check_or_create_cookies", "format_bookie",
-    "bookie_dirs", "check_local_cookies",
+    "bookie_dirs", "check_local_cookies", "CookieStore", "ZkCookieStore", "check_cookies",
 ]
 
 COOKIE_LAYOUT_VERSION = 5
@@ -351,53 +352,110 @@ def delete_zk_cookie(zk, root: str, bookie_id: str, version: int = -1) -> bool:
 
 # -- startup check and bookieformat ----------------------------------------------------------------------
 
+class CookieStore(Protocol):
+    """Where a metadata store keeps bookie cookies: ZooKeeper (`ZkCookieStore`) or etcd
+    (`bkfast.meta.etcd_cluster.EtcdCookieStore`). Versions are the store's own (a znode version, a mod revision)."""
+
+    store_name: str
+
+    def where(self, bookie_id: str) -> str: ...
+
+    def instance_id(self) -> str | None: ...
+
+    def init_hint(self) -> str: ...
+
+    def read(self, bookie_id: str) -> tuple[Cookie, int] | None: ...
+
+    def write(self, bookie_id: str, cookie: Cookie, version: int | None = None) -> int: ...
+
+    def delete(self, bookie_id: str, version: int = -1) -> bool: ...
+
+    def exists(self, bookie_id: str) -> bool: ...
+
+
+class ZkCookieStore:
+    """Cookies at ``<root>/cookies/<bookieId>`` on a started kazoo client."""
+
+    store_name = "ZooKeeper"
+
+    def __init__(self, zk, root: str):
+        self.zk, self.root = zk, root
+
+    def where(self, bookie_id: str) -> str:
+        return _zk_cookie_path(self.root, bookie_id)
+
+    def instance_id(self) -> str | None:
+        return read_instance_id(self.zk, self.root)
+
+    def init_hint(self) -> str:
+        return f"{zk_path(self.root, 'INSTANCEID')} does not exist"
+
+    def read(self, bookie_id: str) -> tuple[Cookie, int] | None:
+        return read_zk_cookie(self.zk, self.root, bookie_id)
+
+    def write(self, bookie_id: str, cookie: Cookie, version: int | None = None) -> int:
+        return write_zk_cookie(self.zk, self.root, bookie_id, cookie, version)
+
+    def delete(self, bookie_id: str, version: int = -1) -> bool:
+        return delete_zk_cookie(self.zk, self.root, bookie_id, version)
+
+    def exists(self, bookie_id: str) -> bool:
+        return self.zk.exists(_zk_cookie_path(self.root, bookie_id)) is not None
+
+
 def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
+    """`check_cookies` against ZooKeeper's cookie at ``<root>/cookies/<bookieId>``."""
+    return check_cookies(ZkCookieStore(zk, root), conf, bookie_id)
+
+
+def check_cookies(store: CookieStore, conf, bookie_id: str) -> Cookie:
     """Java's `checkEnvironment`: a new bookie gets its cookie written everywhere; an existing one must
-    find identical cookies (bookie id, dirs, instance id) in every directory and in ZooKeeper."""
-    instance_id = read_instance_id(zk, root)
+    find identical cookies (bookie id, dirs, instance id) in every directory and in the metadata store."""
+    instance_id = store.instance_id()
     if instance_id is None:
-        raise CookieError(f"cluster not initialized: {zk_path(root, 'INSTANCEID')} does not exist "
-                          "(run `bkfast shell initnewcluster`)")
+        raise CookieError(f"cluster not initialized: {store.init_hint()} (run `bkfast shell initnewcluster`)")
     expected = cookie_for_conf(conf, bookie_id, instance_id)
     dirs = bookie_dirs(conf)
     local = {d: read_cookie_file(d) for d in dirs}
-    zk_entry = read_zk_cookie(zk, root, bookie_id)
+    stored = store.read(bookie_id)
     have = [d for d, c in local.items() if c is not None]
     missing = [d for d, c in local.items() if c is None]
+    name, where = store.store_name, store.where(bookie_id)
 
-    if zk_entry is None and not have:
+    if stored is None and not have:
         _write_cookie_files(dirs, expected, local)
-        write_zk_cookie(zk, root, bookie_id, expected)
+        store.write(bookie_id, expected)
         return expected
-    if zk_entry is None and not missing and all(local[d].instance_id is None for d in have):
+    if stored is None and not missing and all(local[d].instance_id is None for d in have):
         # Written by this bookie without a metadata service: adopt them if the directories still match.
         _refuse_changed_dirs(bookie_id, {_version_path(d): local[d] for d in dirs}, expected)
         _write_cookie_files(dirs, expected, local)
-        write_zk_cookie(zk, root, bookie_id, expected)
+        store.write(bookie_id, expected)
         return expected
-    if zk_entry is None:
+    if stored is None:
         raise CookieError(
-            f"bookie {bookie_id}: directories {', '.join(have)} hold a cookie but ZooKeeper has none at "
-            f"{_zk_cookie_path(root, bookie_id)} (metadata was formatted or this is another cluster); "
+            f"bookie {bookie_id}: directories {', '.join(have)} hold a cookie but {name} has none at "
+            f"{where} (metadata was formatted or this is another cluster); "
             "run `bkfast shell bookieformat` to wipe this bookie")
     if not have:
         raise CookieError(
-            f"bookie {bookie_id}: ZooKeeper has a cookie at {_zk_cookie_path(root, bookie_id)} but none of its "
+            f"bookie {bookie_id}: {name} has a cookie at {where} but none of its "
             f"directories ({', '.join(dirs)}) has one (data lost or directories changed); "
             "recover the directories or run `bkfast shell bookieformat` and re-replicate")
-    problems = []
-    zk_cookie, _ = zk_entry
-    # Differences first: a directory added to the configuration has no cookie, and the mismatch names it.
-    for where, c in [(f"ZooKeeper {_zk_cookie_path(root, bookie_id)}", zk_cookie)] + \
-            [(_version_path(d), local[d]) for d in have]:
-        for diff in c.differences(expected):
-            problems.append(f"{where}: {diff}")
-    if problems:
-        raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
+    found = [(f"{name} {where}", stored[0])]
+    found += [(_version_path(d), c) for d, c in local.items() if c is not None]
+    _refuse_mismatch(bookie_id, found, expected)
     if missing:
         raise CookieError(f"bookie {bookie_id}: no cookie in directories {', '.join(missing)} "
                           f"(cookies found in {', '.join(have)})")
     return expected
+
+
+def _refuse_mismatch(bookie_id: str, found: list[tuple[str, Cookie]], expected: Cookie) -> None:
+    # Differences first: a directory added to the configuration has no cookie, and the mismatch names it.
+    problems = [f"{where}: {diff}" for where, c in found for diff in c.differences(expected)]
+    if problems:
+        raise CookieMismatchError(f"bookie {bookie_id}: cookie mismatch:\n  " + "\n  ".join(problems))
 
 
 def _refuse_changed_dirs(bookie_id: str, cookies: dict, expected: Cookie) -> None:

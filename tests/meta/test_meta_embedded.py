@@ -148,7 +148,7 @@ def test_uri_must_name_an_absolute_directory(bad):
 
 def test_unknown_scheme_is_refused():
     with pytest.raises(MetadataError, match="unsupported metadata service URI"):
-        open_metadata_driver("etcd://127.0.0.1:2379/ledgers")
+        open_metadata_driver("consul://127.0.0.1:8500/ledgers")
 
 
 def test_ids_stay_unique_across_reserved_blocks_and_reopens(uri):
