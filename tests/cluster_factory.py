@@ -25,9 +25,11 @@ __all__ = ["Cluster", "cluster_fixture", "running_cluster"]
 
 
 @contextmanager
-def running_cluster(zk_connect: str, data_dir: Path | None, bookies: int, **bookie_conf: str) -> Iterator[Cluster]:
-    """A started cluster of `bookies` bookies (0: only the initialized root) under `data_dir`; stopped on exit."""
-    cluster = Cluster(zk_connect, data_dir, bookies, **bookie_conf)
+def running_cluster(zk_connect: str, data_dir: Path | None, bookies: int, store: str = "zk",
+                    **bookie_conf: str) -> Iterator[Cluster]:
+    """A started cluster of `bookies` bookies (0: only the initialized root) under `data_dir`; stopped on exit.
+    `store` "etcd": `zk_connect` is etcd's host:port and the cluster lives in a fresh etcd scope."""
+    cluster = Cluster(zk_connect, data_dir, bookies, store, **bookie_conf)
     try:
         yield cluster
     finally:
@@ -35,14 +37,17 @@ def running_cluster(zk_connect: str, data_dir: Path | None, bookies: int, **book
 
 
 def cluster_fixture(bookies: int, *, scope: str = "module", prepare: Callable[[Cluster], None] | None = None,
-                    **bookie_conf: str):
+                    store: str = "zk", **bookie_conf: str):
     """A pytest fixture yielding a running cluster of `bookies` bookies with `bookie_conf` overrides, one per
-    `scope` (its data under a temp dir named after the test module); `prepare(cluster)` runs once it is up."""
+    `scope` (its data under a temp dir named after the test module); `prepare(cluster)` runs once it is up.
+    `store` "etcd": the metadata lives in the session's real etcd (`etcd_server`) instead of ZooKeeper."""
 
     @pytest.fixture(scope=scope)
-    def cluster(zookeeper_server, tmp_path_factory, request):
+    def cluster(tmp_path_factory, request):
+        server = request.getfixturevalue("etcd_server").endpoint if store == "etcd" else \
+            request.getfixturevalue("zookeeper_server")
         data_dir = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) if bookies else None
-        with running_cluster(zookeeper_server, data_dir, bookies, **bookie_conf) as started:
+        with running_cluster(server, data_dir, bookies, store, **bookie_conf) as started:
             if prepare is not None:
                 prepare(started)
             yield started

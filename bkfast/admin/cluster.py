@@ -143,12 +143,12 @@ def list_bookies(zk, root: str, writable: bool = True, read_only: bool = True) -
     return out
 
 
-def bookie_info(bk, zk, root: str, timeout_s: float = 10.0) -> list[dict]:
-    """bookieinfo: per registered bookie, its state and its disk space as the bookie reports it
-    (GET_BOOKIE_INFO). A bookie that does not answer gets "error" instead of the sizes."""
+def bookie_info(bk, bookies: list[dict], timeout_s: float = 10.0) -> list[dict]:
+    """bookieinfo: per registered bookie (`list_bookies`' rows), its state and its disk space as the bookie
+    reports it (GET_BOOKIE_INFO). A bookie that does not answer gets "error" instead of the sizes."""
     out = []
     client = bk.async_client.bookie_client
-    for entry in list_bookies(zk, root):
+    for entry in bookies:
         row = {"bookieId": entry["bookieId"], "state": "read-only" if entry["readOnly"] else "writable"}
         try:
             free, total = in_reactor(timeout_s, client.get_bookie_info, entry["bookieId"])

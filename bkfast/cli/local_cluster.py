@@ -29,7 +29,7 @@ class LocalBookie:
 
     data_dir: Path
     port: int
-    zk_metadata_uri: str | None = None
+    metadata_uri: str | None = None
     extra_conf: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     host: str = "127.0.0.1"
@@ -57,13 +57,13 @@ class LocalBookie:
             "dbStorage_writeCacheMaxSizeMb": "64",
             "dbStorage_readAheadCacheMaxSizeMb": "64",
         }
-        if self.zk_metadata_uri:
-            conf["metadataServiceUri"] = self.zk_metadata_uri
+        if self.metadata_uri:
+            conf["metadataServiceUri"] = self.metadata_uri
         conf.update(self.extra_conf)
         args = [sys.executable, "-m", "bkfast.cli.main", "bookie", "--port", str(self.port)]
         for key, value in conf.items():
             args += ["-D", f"{key}={value}"]
-        if not self.zk_metadata_uri:
+        if not self.metadata_uri:
             args.append("--no-metadata")
         return args + list(self.extra_args)
 

@@ -54,7 +54,8 @@ def _raise_stop(signum, frame):
 class Sandbox:
     """The running pieces of a sandbox; `stop()` undoes `start()` in reverse order."""
 
-    def __init__(self, data_dir: Path, bookies: int, zk: bool, zk_connect: str | None, tls: bool = False):
+    def __init__(self, data_dir: Path, bookies: int, zk: bool, zk_connect: str | None, tls: bool = False,
+                 etcd: bool = False):
         self.data_dir = data_dir
         self.tls = tls
         self.bookie_conf: dict[str, str] = {}
@@ -63,6 +64,8 @@ class Sandbox:
         self.start_zk = zk
         self.zk_connect = zk_connect
         self.zk_server = None
+        self.start_etcd = etcd
+        self.etcd_server = None
         self.driver = None
         self.bookies: list[LocalBookie] = []
         self.metadata_uri = ""
@@ -111,10 +114,10 @@ class Sandbox:
         except (ValueError, IndexError, AttributeError):
             return []
 
-    def _previous_zk_port(self) -> int | None:
-        """The ZooKeeper port of the last run on this data dir, if it is free again: the metadata URI (and so
-        every client's configuration) stays the same across restarts."""
-        port = self._previous().get("zookeeper_port")
+    def _previous_zk_port(self, key: str = "zookeeper_port") -> int | None:
+        """The ZooKeeper (or etcd) port of the last run on this data dir, if it is free again: the metadata URI
+        (and so every client's configuration) stays the same across restarts."""
+        port = self._previous().get(key)
         if not isinstance(port, int):
             return None
         import socket
@@ -125,7 +128,7 @@ class Sandbox:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
-                log.warning("ZooKeeper port %d of the previous run is taken; using another one", port)
+                log.warning("%s %d of the previous run is taken; using another one", key, port)
                 return None
         return port
 
@@ -154,6 +157,37 @@ class Sandbox:
             client.close()
         return f"zk+hierarchical://{connect}/ledgers"
 
+    def _start_etcd(self) -> str:
+        """A local etcd (Debian's etcd-server) in DIR/etcd, its cluster initialized once: the etcd:// URI."""
+        from bkfast.meta.etcd_cluster import init_new_etcd_cluster, read_etcd_instance_id
+        from bkfast.meta.etcd_driver import etcd_client_from_conf
+
+        from .local_etcd import EtcdServer
+
+        self.etcd_server = server = EtcdServer(str(self.data_dir / "etcd"),
+                                               port=self._previous_zk_port("etcd_port")).start()
+        uri = f"etcd://{server.endpoint}/ledgers"
+        kv = etcd_client_from_conf(uri)
+        try:
+            if read_etcd_instance_id(kv, "/ledgers") is None:
+                init_new_etcd_cluster(kv, "/ledgers")
+        finally:
+            kv.close()
+        return uri
+
+    def _start_metadata(self) -> str:
+        """The metadata store the options ask for, started and initialized: its URI."""
+        if self.start_zk:
+            from .local_zookeeper import ZooKeeperServer
+
+            self.zk_server = ZooKeeperServer(self.data_dir / "zookeeper", port=self._previous_zk_port()).start()
+            return self._init_zk(self.zk_server.connect_string)
+        if self.zk_connect:
+            return self._init_zk(self.zk_connect)
+        if self.start_etcd:
+            return self._start_etcd()
+        return f"embedded://{(self.data_dir / 'metadata').resolve()}"
+
     def start(self) -> None:
         from bkfast.meta.factory import open_metadata_driver
         from bkfast.reactor import call, start_reactor_thread
@@ -164,16 +198,9 @@ class Sandbox:
             raise click.ClickException(f"--data-dir {self.data_dir}: cannot create it ({err.strerror}); give a "
                                        "directory this user can create and write") from err
         self._lock()
-        if self.start_zk:
-            from .local_zookeeper import ZooKeeperServer
-
-            self.zk_server = ZooKeeperServer(self.data_dir / "zookeeper", port=self._previous_zk_port()).start()
-            self.metadata_uri = self._init_zk(self.zk_server.connect_string)
-        elif self.zk_connect:
-            self.metadata_uri = self._init_zk(self.zk_connect)
-        else:
-            self.metadata_uri = f"embedded://{(self.data_dir / 'metadata').resolve()}"
-        zk_uri = self.metadata_uri if self.metadata_uri.startswith("zk") else None
+        self.metadata_uri = self._start_metadata()
+        # The bookies register themselves in a shared store; the embedded one is this process's alone.
+        shared_uri = None if self.metadata_uri.startswith("embedded") else self.metadata_uri
         start_reactor_thread()
         self.driver = open_metadata_driver(self.metadata_uri)
         call(self.driver.start, timeout=60)
@@ -182,7 +209,7 @@ class Sandbox:
             self.bookie_conf, self.client_conf = make_sandbox_pki(self.data_dir / "tls")
         ports = self._previous_ports()
         self.bookies = [LocalBookie(self.data_dir / f"bookie-{index}",
-                                    ports[index] if index < len(ports) else free_port(), zk_uri,
+                                    ports[index] if index < len(ports) else free_port(), shared_uri,
                                     dict(self.bookie_conf))
                         for index in range(self.num_bookies)]
         try:
@@ -191,7 +218,7 @@ class Sandbox:
             raise click.ClickException(self._bookie_failure()) from None
         for bookie in self.bookies:
             log.info("sandbox bookie %s started (pid %d)", bookie.bookie_id, bookie.pid)
-        if zk_uri is None:
+        if shared_uri is None:
             from bkfast.meta.registration import bookie_service_info
 
             for bookie in self.bookies:
@@ -207,6 +234,9 @@ class Sandbox:
         if self.zk_server is not None:
             info["zookeeper_pid"] = self.zk_server.pid
             info["zookeeper_port"] = self.zk_server.port
+        if self.etcd_server is not None:
+            info["etcd_pid"] = self.etcd_server.pid
+            info["etcd_port"] = self.etcd_server.client_port
         if self.tls:
             info["client_conf"] = self.client_conf
             info["client_conf_file"] = str(self.data_dir / "tls" / "client.conf")
@@ -231,6 +261,8 @@ class Sandbox:
                 log.exception("closing the metadata driver failed")
         if self.zk_server is not None:
             self.zk_server.stop()
+        if self.etcd_server is not None:
+            self.etcd_server.stop()
         if self._lock_fd is not None:
             os.close(self._lock_fd)         # releases the flock
             self._lock_fd = None
@@ -342,6 +374,8 @@ def run_demo(metadata_uri: str, entries: int, out=print, client_conf: dict | Non
 @click.option("--zk", "start_zk", is_flag=True, default=False,
               help="Start a local ZooKeeper (Debian's zookeeper package) instead of embedded metadata.")
 @click.option("--zk-connect", default=None, metavar="HOST:PORT", help="Use this running ZooKeeper.")
+@click.option("--etcd", "start_etcd", is_flag=True, default=False,
+              help="Start a local etcd (Debian's etcd-server package) as the metadata store (etcd://...).")
 @click.option("--demo", is_flag=True, default=False, help="Run a short write/read/recovery demo.")
 @click.option("--demo-entries", type=click.IntRange(1), default=10000, show_default=True)
 @click.option("--exit-after-demo", is_flag=True, default=False, help="Stop the cluster after the demo.")
@@ -349,16 +383,17 @@ def run_demo(metadata_uri: str, entries: int, out=print, client_conf: dict | Non
               help="Make a throwaway CA and certificates (DIR/tls) and run the bookies with mutual TLS and "
                    "role authorization; DIR/tls/client.conf has the client's keys.")
 @click.option("-v", "--verbose", is_flag=True, default=False, help="Show the traceback of an error.")
-def sandbox(num_bookies, data_dir, start_zk, zk_connect, demo, demo_entries, exit_after_demo, tls, verbose) -> None:
+def sandbox(num_bookies, data_dir, start_zk, zk_connect, start_etcd, demo, demo_entries, exit_after_demo, tls,
+            verbose) -> None:
     """Start a local cluster (metadata + N bookies) and serve until Ctrl-C."""
-    if start_zk and zk_connect:
-        raise click.UsageError("--zk and --zk-connect exclude each other")
+    if sum(map(bool, (start_zk, zk_connect, start_etcd))) > 1:
+        raise click.UsageError("--zk, --zk-connect and --etcd exclude each other")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     temporary = data_dir is None
     if temporary:
         data_dir = Path(tempfile.mkdtemp(prefix="bkfast-sandbox-"))
-    cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect, tls=tls)
+    cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect, tls=tls, etcd=start_etcd)
     signal.signal(signal.SIGTERM, _raise_stop)
     error = failure = None
     try:

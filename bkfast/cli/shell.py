@@ -10,8 +10,9 @@ from __future__ import annotations
 import click
 
 from bkfast.admin import cluster as admin_cluster
+from bkfast.admin import etcd_admin
 
-from .shell_common import common_options, emit, json_option, on_zk, progress, zk_of
+from .shell_common import common_options, emit, etcd_of, is_etcd, json_option, on_zk, progress, zk_of
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,15 +29,24 @@ _LAYOUTS = click.Choice(["flat", "hierarchical", "longhierarchical"])
               help="Ledger layout (default: from the metadata URI, hierarchical)")
 @json_option
 def initnewcluster(target, layout, as_json):
-    """Create the cluster's metadata in ZooKeeper; refuses if it exists."""
-    with zk_of(target, cluster=False) as (zk, root, uri_layout):
-        out = admin_cluster.init_cluster(zk, root, layout or uri_layout)
+    """Create the cluster's metadata in ZooKeeper or etcd; refuses if it exists."""
+    if is_etcd(target):
+        with etcd_of(target, cluster=False) as (kv, scope):
+            out = etcd_admin.init_cluster(kv, scope)
+    else:
+        with zk_of(target, cluster=False) as (zk, root, uri_layout):
+            out = admin_cluster.init_cluster(zk, root, layout or uri_layout)
     hosts = _hosts(target)
     emit(out, as_json, lambda o: f"initialized cluster at {hosts}{o['root']} (instance id {o['instanceId']})")
 
 
 def _hosts(target) -> str:
     from bkfast.admin.common import zk_target
+
+    if is_etcd(target):
+        from bkfast.meta.etcd_layout import parse_etcd_uri
+
+        return ",".join(f"{h}:{p}" for h, p in parse_etcd_uri(target.metadata_uri).endpoints)
 
     return zk_target(target.metadata_uri)[0]
 
@@ -47,8 +57,12 @@ def _hosts(target) -> str:
 @json_option
 def metaformat(target, force, as_json):
     """Delete all metadata under the ledgers root and initialize a new cluster."""
-    with zk_of(target, cluster=False) as (zk, root, uri_layout):
-        out = admin_cluster.format_cluster(zk, root, force, uri_layout)
+    if is_etcd(target):
+        with etcd_of(target, cluster=False) as (kv, scope):
+            out = etcd_admin.format_cluster(kv, scope, force)
+    else:
+        with zk_of(target, cluster=False) as (zk, root, uri_layout):
+            out = admin_cluster.format_cluster(zk, root, force, uri_layout)
     hosts = _hosts(target)
 
     def text(o):
@@ -67,8 +81,12 @@ def metaformat(target, force, as_json):
 def nukeexistingcluster(target, instance_id, force, as_json):
     """Delete the whole cluster's metadata (every ledger, cookie and registration) under the root."""
     # A half-made cluster (INSTANCEID, no LAYOUT yet) is one nuke must still be able to delete.
-    with zk_of(target, cluster=False) as (zk, root, _layout), progress("deleting znodes", not as_json) as bar:
-        out = admin_cluster.nuke_cluster(zk, root, instance_id, force, bar)
+    if is_etcd(target):
+        with etcd_of(target, cluster=False) as (kv, scope):
+            out = etcd_admin.nuke_cluster(kv, scope, instance_id, force)
+    else:
+        with zk_of(target, cluster=False) as (zk, root, _layout), progress("deleting znodes", not as_json) as bar:
+            out = admin_cluster.nuke_cluster(zk, root, instance_id, force, bar)
     emit(out, as_json, lambda o: f"deleted {o['root']} ({o['deletedNodes']} znodes)")
 
 
@@ -77,7 +95,8 @@ def nukeexistingcluster(target, instance_id, force, as_json):
 @json_option
 def whatisinstanceid(target, as_json):
     """Print the cluster's instance id."""
-    emit({"instanceId": on_zk(target, admin_cluster.instance_id)}, as_json, lambda o: o["instanceId"])
+    emit({"instanceId": _on_store(target, admin_cluster.instance_id, etcd_admin.instance_id)}, as_json,
+         lambda o: o["instanceId"])
 
 
 @shell.command()
@@ -89,7 +108,8 @@ def listbookies(target, readwrite, readonly, as_json):
     """List the registered bookies (writable and read-only unless one is asked for)."""
     if readwrite and readonly:
         raise click.UsageError("give --readwrite or --readonly, not both")
-    out = on_zk(target, admin_cluster.list_bookies, writable=not readonly, read_only=not readwrite)
+    out = _on_store(target, admin_cluster.list_bookies, etcd_admin.list_bookies, writable=not readonly,
+                    read_only=not readwrite)
     emit(out, as_json, lambda rows: [f"{r['bookieId']}\t{r['host']}:{r['port']}\t"
                                      f"{'read-only' if r['readOnly'] else 'writable'}" for r in rows])
 
@@ -109,8 +129,8 @@ def bookieinfo(target, as_json):
     """Per registered bookie: state and disk usage (as the bookie reports it)."""
     from .shell_common import client_of
 
-    with client_of(target) as bk, zk_of(target) as (zk, root, _layout):
-        out = admin_cluster.bookie_info(bk, zk, root)
+    with client_of(target) as bk:
+        out = admin_cluster.bookie_info(bk, _on_store(target, admin_cluster.list_bookies, etcd_admin.list_bookies))
 
     def text(rows):
         for r in rows:
@@ -128,7 +148,16 @@ def bookieinfo(target, as_json):
 @json_option
 def clusterinfo(target, as_json):
     """Bookie counts, the auditor, under-replicated ledgers and the instance id."""
-    emit(on_zk(target, admin_cluster.cluster_info), as_json, lambda o: [f"{k}: {v}" for k, v in o.items()])
+    emit(_on_store(target, admin_cluster.cluster_info, etcd_admin.cluster_info), as_json,
+         lambda o: [f"{k}: {v}" for k, v in o.items()])
+
+
+def _on_store(target, on_zookeeper, on_etcd, *args, **kwargs):
+    """`on_etcd(kv, scope, ...)` on an etcd store, else `on_zookeeper(zk, root, ...)`."""
+    if is_etcd(target):
+        with etcd_of(target) as (kv, scope):
+            return on_etcd(kv, scope, *args, **kwargs)
+    return on_zk(target, on_zookeeper, *args, **kwargs)
 
 
 def _register() -> None:

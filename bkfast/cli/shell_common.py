@@ -32,6 +32,7 @@ from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.ids import MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_SCOPE_ID
 
 __all__ = ["common_options", "ledger_options", "json_option", "Target", "emit", "progress", "zk_of", "on_zk",
+           "is_etcd", "etcd_of", "replication_of",
            "client_of", "ref_of", "BOOKIE_ID", "BOOKIE_IDS", "LEDGER_ID", "SCOPE_ID", "ENTRY_ID", "LAST_ENTRY_ID"]
 
 T = TypeVar("T")
@@ -205,6 +206,40 @@ def zk_of(target: Target, cluster: bool = True) -> Iterator[tuple]:
         yield zk, root, layout
 
 
+def is_etcd(target: Target) -> bool:
+    from bkfast.admin.etcd_admin import is_etcd_uri
+
+    return is_etcd_uri(target.metadata_uri)
+
+
+@contextlib.contextmanager
+def etcd_of(target: Target, cluster: bool = True) -> Iterator[tuple]:
+    """(etcd client, scope) for the cluster commands on an etcd store; with `cluster`, only once the scope
+    holds a BookKeeper cluster."""
+    from bkfast.admin.etcd_admin import etcd_session_of, require_etcd_cluster
+
+    with etcd_session_of(target.metadata_uri, target.conf, target.zk_timeout_s) as (kv, scope):
+        if cluster:
+            require_etcd_cluster(kv, scope)
+        yield kv, scope
+
+
+@contextlib.contextmanager
+def replication_of(target: Target) -> Iterator[tuple]:
+    """(under-replication manager, auditor election observer) on the target's store, ZooKeeper or etcd."""
+    if is_etcd(target):
+        from bkfast.admin.etcd_admin import replication_of as etcd_replication_of
+
+        with etcd_of(target) as (kv, scope), etcd_replication_of(kv, scope) as both:
+            yield both
+        return
+    from bkfast.meta.zk_election import ZkAuditorElection
+    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
+
+    with zk_of(target) as (zk, root, _layout):
+        yield ZkUnderReplicationManager(zk, root), ZkAuditorElection(zk, root)
+
+
 def on_zk(target: Target, operation: Callable[..., T], *args, **kwargs) -> T:
     """`operation(zk, root, *args, **kwargs)`, one admin operation on the target's cluster, on a session of
     its own (the commands that are nothing more)."""
@@ -219,6 +254,9 @@ def client_of(target: Target, timeout_s: float = 60.0, **settings) -> Iterator:
 
     if target.metadata_uri.lower().startswith("embedded:"):
         zk_target(target.metadata_uri)           # the one-line refusal: embedded metadata serves one process
+    if is_etcd(target):
+        with etcd_of(target):
+            pass                                 # reachable and a cluster: checked, nothing else to do
     if target.metadata_uri.lower().startswith(("zk:", "zk+")):
         # Fail in one line before the client's retries: the store must be reachable and hold a cluster.
         hosts, root, _layout = zk_target(target.metadata_uri)

@@ -10,7 +10,17 @@ import time
 
 import click
 
-from .shell_common import BOOKIE_ID, BOOKIE_IDS, LEDGER_ID, client_of, common_options, emit, json_option, zk_of
+from .shell_common import (
+    BOOKIE_ID,
+    BOOKIE_IDS,
+    LEDGER_ID,
+    client_of,
+    common_options,
+    emit,
+    json_option,
+    replication_of,
+    zk_of,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -99,16 +109,15 @@ def recover(target, bookies, target_bookie, dry_run, skip_open, ledger_id, rate,
 @json_option
 def autorecovery(target, enable, disable, status, as_json):
     """Enable, disable or show AutoRecovery (the underreplication/disable znode)."""
-    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     if sum((enable, disable, status)) > 1:
         raise click.UsageError("give one of --enable, --disable, --status")
-    with zk_of(target) as (zk, root, _layout):
+    with replication_of(target) as (urm, _election):
         if enable or disable:
-            out = admin_ops.set_autorecovery(ZkUnderReplicationManager(zk, root), enable)
+            out = admin_ops.set_autorecovery(urm, enable)
         else:
-            out = admin_ops.autorecovery_status(ZkUnderReplicationManager(zk, root))
+            out = admin_ops.autorecovery_status(urm)
     emit(out, as_json, lambda o: f"autorecovery is {'enabled' if o['enabled'] else 'disabled'}")
 
 
@@ -122,11 +131,10 @@ def autorecovery(target, enable, disable, status, as_json):
 @json_option
 def listunderreplicated(target, missing, excluding, print_missing, as_json):
     """List the ledgers marked under-replicated."""
-    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
-    with zk_of(target) as (zk, root, _layout):
-        rows = admin_ops.list_under_replicated(ZkUnderReplicationManager(zk, root), missing, excluding)
+    with replication_of(target) as (urm, _election):
+        rows = admin_ops.list_under_replicated(urm, missing, excluding)
 
     def text(rows):
         if not rows:
@@ -147,11 +155,10 @@ def listunderreplicated(target, missing, excluding, print_missing, as_json):
 @json_option
 def whoisauditor(target, as_json):
     """Print the elected auditor."""
-    from bkfast.meta.zk_election import ZkAuditorElection
     from bkfast.replication import admin_ops
 
-    with zk_of(target) as (zk, root, _layout):
-        auditor = admin_ops.who_is_auditor(ZkAuditorElection(zk, root))
+    with replication_of(target) as (_urm, election):
+        auditor = admin_ops.who_is_auditor(election)
     emit({"auditor": auditor}, as_json, lambda o: f"Auditor: {o['auditor']}" if o["auditor"] else "no auditor elected")
 
 
@@ -160,12 +167,10 @@ def whoisauditor(target, as_json):
 @json_option
 def triggeraudit(target, as_json):
     """Make the auditor audit the bookies now."""
-    from bkfast.meta.zk_election import ZkAuditorElection
-    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
-    with zk_of(target) as (zk, root, _layout):
-        out = admin_ops.trigger_audit(ZkUnderReplicationManager(zk, root), ZkAuditorElection(zk, root))
+    with replication_of(target) as (urm, election):
+        out = admin_ops.trigger_audit(urm, election)
     emit(out, as_json, lambda o: f"audit triggered on {o['auditor']}")
 
 
@@ -176,16 +181,15 @@ def triggeraudit(target, as_json):
 @json_option
 def lostbookierecoverydelay(target, get, seconds, as_json):
     """Get or set lostBookieRecoveryDelay (seconds before a lost bookie's ledgers are marked)."""
-    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
     from bkfast.replication import admin_ops
 
     if get and seconds is not None:
         raise click.UsageError("give --get or --set, not both")
-    with zk_of(target) as (zk, root, _layout):
+    with replication_of(target) as (urm, _election):
         if seconds is not None:
-            value = admin_ops.set_lost_bookie_recovery_delay(ZkUnderReplicationManager(zk, root), seconds)
+            value = admin_ops.set_lost_bookie_recovery_delay(urm, seconds)
         else:
-            value = admin_ops.get_lost_bookie_recovery_delay(ZkUnderReplicationManager(zk, root))
+            value = admin_ops.get_lost_bookie_recovery_delay(urm)
     emit({"lostBookieRecoveryDelay": value}, as_json,
          lambda o: f"lostBookieRecoveryDelay value: {o['lostBookieRecoveryDelay']}")
 

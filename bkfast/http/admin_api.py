@@ -131,14 +131,26 @@ class _Services:
         return self.context.bookie.conf
 
     def zk(self) -> tuple:
-        meta = self.context.meta
-        if meta is None or getattr(meta, "zk", None) is None:
-            raise _ApiError(503, "this bookie runs without a metadata service (--no-metadata)")
+        meta = self._meta()
+        if getattr(meta, "zk", None) is None:
+            raise _ApiError(501, "this endpoint reads ZooKeeper; this bookie's metadata store is etcd")
         return meta.zk, meta.root
+
+    def etcd(self) -> tuple | None:
+        """(etcd client, scope) when the bookie's metadata store is etcd, else None (ZooKeeper)."""
+        meta = self._meta()
+        kv = getattr(meta, "kv", None)
+        return (kv, meta.root) if kv is not None else None
+
+    def _meta(self):
+        meta = self.context.meta
+        if meta is None:
+            raise _ApiError(503, "this bookie runs without a metadata service (--no-metadata)")
+        return meta
 
     def client(self):
         """A blocking ledger client (call from a pool thread only)."""
-        self.zk()
+        self._meta()
         with self._lock:
             if self._client is None:
                 from bkfast import BookKeeper
@@ -267,9 +279,19 @@ def list_bookies(s: _Services, params, body):
     if kind not in ("rw", "ro"):
         raise _ApiError(400, f"type: expected rw or ro, got {kind!r}")
     names = _bool(params, "print_hostnames")
-    zk, root = s.zk()
-    rows = cluster.list_bookies(zk, root, writable=kind == "rw", read_only=kind == "ro")
+    rows = _list_bookies(s, writable=kind == "rw", read_only=kind == "ro")
     return {r["bookieId"]: (_host_name(r["host"]) if names else None) for r in rows}
+
+
+def _list_bookies(s: _Services, writable: bool = True, read_only: bool = True) -> list[dict]:
+    on_etcd = s.etcd()
+    if on_etcd is not None:
+        from bkfast.admin import etcd_admin
+
+        kv, scope = on_etcd
+        return etcd_admin.list_bookies(kv, scope, writable=writable, read_only=read_only)
+    zk, root = s.zk()
+    return cluster.list_bookies(zk, root, writable=writable, read_only=read_only)
 
 
 def _gb(n: int) -> str:
@@ -277,8 +299,7 @@ def _gb(n: int) -> str:
 
 
 def list_bookie_info(s: _Services, params, body):
-    zk, root = s.zk()
-    rows = cluster.bookie_info(s.client(), zk, root)
+    rows = cluster.bookie_info(s.client(), _list_bookies(s))
     answered = [r for r in rows if "error" not in r]
     if not answered:
         raise _ApiError(404, "no bookie answered")
@@ -323,7 +344,7 @@ def sanity(s: _Services, params, body):
     if not s.sanity_running.acquire(blocking=False):
         raise _ApiError(409, "a sanity test is already running on this bookie")
     try:
-        s.zk()
+        s._meta()
         from bkfast import BookKeeper
 
         with BookKeeper(s.conf.get("metadataServiceUri"), timeout=30.0, **client_settings_of(s.conf)) as own:
@@ -338,8 +359,13 @@ _CLUSTER_INFO_KEYS = ("auditorElected", "auditorId", "clusterUnderReplicated", "
 
 
 def cluster_info(s: _Services, params, body):
-    zk, root = s.zk()
-    info = cluster.cluster_info(zk, root)
+    on_etcd = s.etcd()
+    if on_etcd is not None:
+        from bkfast.admin import etcd_admin
+
+        info = etcd_admin.cluster_info(*on_etcd)
+    else:
+        info = cluster.cluster_info(*s.zk())
     return {k: info[k] for k in _CLUSTER_INFO_KEYS}
 
 

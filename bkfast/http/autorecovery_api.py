@@ -38,6 +38,13 @@ def _ops():
 
 def _urm(s):
     """The under-replication manager on the bookie's metadata session (bkfast.meta.underreplication)."""
+    on_etcd = s.etcd()
+    if on_etcd is not None:
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_underreplication import EtcdUnderReplicationManager
+
+        kv, scope = on_etcd
+        return EtcdUnderReplicationManager(kv, EtcdKeys(scope), s.context.meta.session)
     from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
 
     zk, root = s.zk()
@@ -46,10 +53,28 @@ def _urm(s):
 
 def _election(s):
     """An observer of the auditor election on the bookie's metadata session."""
+    on_etcd = s.etcd()
+    if on_etcd is not None:
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_underreplication import EtcdAuditorElection
+
+        kv, scope = on_etcd
+        return EtcdAuditorElection(kv, EtcdKeys(scope), s.context.meta.session)
     from bkfast.meta.zk_election import ZkAuditorElection
 
     zk, root = s.zk()
     return ZkAuditorElection(zk, root)
+
+
+def _cookie_store(s):
+    on_etcd = s.etcd()
+    if on_etcd is not None:
+        from bkfast.meta.etcd_cluster import EtcdCookieStore
+
+        return EtcdCookieStore(*on_etcd)
+    from bkfast.meta.cookies import ZkCookieStore
+
+    return ZkCookieStore(*s.zk())
 
 
 def status(s, params, body):
@@ -86,13 +111,13 @@ def recover_bookie(s, params, body):
     if not isinstance(sources, list) or not sources or not all(isinstance(b, str) for b in sources):
         raise _ApiError(400, 'expected {"bookie_src": ["<bookie id>", ...], "delete_cookie": false}')
     delete_cookie = bool(values.get("delete_cookie", False))
-    zk, root = s.zk()
     client = s.client()
+    cookies = _cookie_store(s)
 
     def run():
         out = recover_bookies_blocking(client, sources[:1])
         if delete_cookie and out["ok"]:
-            zk.delete(f"{root}/cookies/{sources[0]}")
+            cookies.delete(sources[0])
         return {k: v for k, v in out.items() if k != "ledgers"}
 
     _background(f"recover-{sources[0]}", run)

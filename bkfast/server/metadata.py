@@ -12,11 +12,19 @@ from __future__ import annotations
 import logging
 
 from bkfast.conf import ServerConfiguration
-from bkfast.errors import MetadataError
+from bkfast.errors import BKMetaStoreException, MetadataError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MetadataSession"]
+__all__ = ["MetadataSession", "EtcdMetadataSession", "open_metadata_session"]
+
+
+def open_metadata_session(conf: ServerConfiguration, stats=None):
+    """The bookie's session with the store `metadataServiceUri` names: etcd (`etcd://`, `etcd+http(s)://`)
+    or ZooKeeper (everything else, as before)."""
+    if conf.metadata_service_uri.split(":", 1)[0].lower().startswith("etcd"):
+        return EtcdMetadataSession(conf)
+    return MetadataSession(conf, stats=stats)
 
 
 class MetadataSession:
@@ -88,3 +96,70 @@ class MetadataSession:
         finally:
             self.zk.stop()
             self.zk.close()
+
+
+class EtcdMetadataSession:
+    """A bookie's metadata on etcd (bkfast.meta.etcd_driver, Java's etcd layout): the same steps as
+    `MetadataSession`; the registration lives on a lease of zkTimeout seconds (Java's etcd bookie driver)
+    instead of a ZooKeeper session. `zk` is None: there is no ZooKeeper session to share."""
+
+    zk = None
+
+    def __init__(self, conf: ServerConfiguration):
+        from bkfast.meta.etcd_cluster import read_etcd_instance_id
+        from bkfast.meta.etcd_driver import etcd_client_from_conf
+        from bkfast.meta.etcd_layout import parse_etcd_uri
+
+        self.conf = conf
+        uri = conf.metadata_service_uri
+        self.root = parse_etcd_uri(uri).scope
+        self.ttl_s = max(conf.zk_timeout_ms // 1000, 2)
+        self.kv = etcd_client_from_conf(uri, conf, timeout_s=max(conf.zk_timeout_ms / 1000.0, 5.0))
+        try:
+            read_etcd_instance_id(self.kv, self.root)
+        except BKMetaStoreException as e:
+            self.kv.close()
+            raise MetadataError(f"cannot reach etcd at {self.kv.describe()} (metadataServiceUri {uri}): {e}; start "
+                                "it, or give the bookie its configuration (--conf bk_server.conf, or -D "
+                                "metadataServiceUri=...); --no-metadata serves without one") from None
+        self.session = None
+        self.registration = None
+
+    def check_cookies(self, bid: str) -> None:
+        from bkfast.meta.cookies import check_cookies
+        from bkfast.meta.etcd_cluster import EtcdCookieStore
+
+        check_cookies(EtcdCookieStore(self.kv, self.root), self.conf, bid)
+
+    def prepare_registration(self, bid: str, host: str, port: int, tls: bool = False) -> None:
+        from bkfast.meta import bookie_service_info
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_registration import EtcdBookieRegistration
+        from bkfast.meta.etcd_session import EtcdSession
+
+        info = bookie_service_info(host, port, extensions=("tls",) if tls else ())
+        self.session = session = EtcdSession(self.kv, self.ttl_s, name="bookie-lease")
+        self.registration = EtcdBookieRegistration(self.kv, EtcdKeys(self.root), session, bid, info)
+        waited = self.registration.wait_previous_session()
+        if waited > 0.5:
+            log.info("bookie %s: the earlier lease's registration expired after %.1f s", bid, waited)
+
+    def register(self, read_only: bool) -> None:
+        registration = self.registration
+        registration.register(read_only=read_only)
+
+    def sync_read_only(self, read_only: bool) -> None:
+        registration = self.registration
+        if registration is not None and registration.read_only != read_only:
+            registration.set_read_only(read_only)
+            log.info("bookie %s re-registered as %s", registration.bookie_id,
+                     "read-only" if read_only else "writable")
+
+    def close(self) -> None:
+        try:
+            if self.registration is not None:
+                self.registration.unregister()
+        finally:
+            if self.session is not None:
+                self.session.close()
+            self.kv.close()

@@ -42,7 +42,7 @@ from bkfast.ids import BookieAddress, bookie_address
 from bkfast.stats import StatsProvider
 from bkfast.threads import BOOKIE_IO, name_this_thread, thread_factory
 
-from .metadata import MetadataSession
+from .metadata import EtcdMetadataSession, MetadataSession, open_metadata_session
 
 if TYPE_CHECKING:
     from bkfast.bookie.bookie import Bookie
@@ -186,7 +186,7 @@ class BookieService:
         self.conf = conf
         self.use_metadata = use_metadata
         self.reactor = reactor
-        self.meta: MetadataSession | None = None
+        self.meta: MetadataSession | EtcdMetadataSession | None = None
         self.bookie_id: str | None = None
         self.bookie_address: BookieAddress | None = None    # bind host, advertised host, id (bkfast.ids)
         self._sockets: dict[str, socket.socket] = {}        # bound, not yet listening (see bind_socket)
@@ -249,7 +249,7 @@ class BookieService:
         conf = self.conf
         try:
             if self.use_metadata:
-                self.meta = MetadataSession(conf, stats=self.stats.logger("bookie").scope("bookie"))
+                self.meta = open_metadata_session(conf, stats=self.stats.logger("bookie").scope("bookie"))
                 try:
                     self.meta.check_cookies(bookie_id)
                 except BaseException:
@@ -369,7 +369,7 @@ class BookieService:
         admin.render_metrics = self.stats.text
         self.http_port = start_http_server(self.reactor, self.conf, admin, sock=self._sockets.pop("http"))
 
-    def _register(self, meta: MetadataSession, node: Bookie, bid: str) -> None:
+    def _register(self, meta: MetadataSession | EtcdMetadataSession, node: Bookie, bid: str) -> None:
         from twisted.internet import threads
 
         meta.register(node.read_only)

@@ -107,9 +107,10 @@ def parse_options(options) -> SourceOptions:
     if not uri:
         raise BkfastSparkError("bkfast: set option metadataServiceUri, e.g. "
                                ".option('metadataServiceUri', 'zk+hierarchical://zk1:2181/ledgers')")
-    if not uri.startswith("zk"):
-        raise BkfastSparkError(f"bkfast: metadataServiceUri {uri!r} is not a ZooKeeper URI; Spark executors are "
-                               "other processes and need a shared metadata store (zk+hierarchical://host:port/path)")
+    if not uri.lower().startswith(("zk", "etcd")):
+        raise BkfastSparkError(f"bkfast: metadataServiceUri {uri!r} is not a ZooKeeper or etcd URI; Spark executors "
+                               "are other processes and need a shared metadata store (zk+hierarchical://host:port/path "
+                               "or etcd://host:port/scope)")
     stream = opts.get("stream")
     if not stream:
         raise BkfastSparkError("bkfast: set option stream (the name of the log stream to read or write)")

@@ -71,7 +71,7 @@ def test_restart_on_a_full_ledger_disk_is_read_only_serves_reads_and_recovers(zo
     ledgers = tmp_path / "b" / "ledgers"
     try:
         with tmpfs(ledgers, 32):
-            bookie = LocalBookie(tmp_path / "b", free_port(), zk_metadata_uri=f"zk+hierarchical://{zookeeper_server}{root}",
+            bookie = LocalBookie(tmp_path / "b", free_port(), metadata_uri=f"zk+hierarchical://{zookeeper_server}{root}",
                                  extra_conf={"diskCheckInterval": "200", "dbStorage_writeCacheMaxSizeMb": "16",
                                              "dbStorage_readAheadCacheMaxSizeMb": "16"})
             writable = f"{root}/available/{bookie.bookie_id}"

@@ -61,7 +61,7 @@ def test_bookie_session_survives_a_zookeeper_restart_and_reconnects_at_once(tmp_
     bookie = None
     try:
         _init_cluster(server.connect_string, root)
-        bookie = LocalBookie(tmp_path / "b", free_port(), zk_metadata_uri=f"zk+hierarchical://{server.connect_string}{root}",
+        bookie = LocalBookie(tmp_path / "b", free_port(), metadata_uri=f"zk+hierarchical://{server.connect_string}{root}",
                              extra_conf={"zkTimeout": "30000", "dbStorage_writeCacheMaxSizeMb": "16",
                                          "dbStorage_readAheadCacheMaxSizeMb": "16"}).start()
         path = f"{root}/available/{bookie.bookie_id}"
@@ -89,7 +89,7 @@ def test_bookie_session_survives_a_zookeeper_restart_and_reconnects_at_once(tmp_
 def test_bookie_reregisters_at_once_after_its_session_expired(zookeeper_server, tmp_path):
     root = f"/ledgers-{time.time_ns()}"
     _init_cluster(zookeeper_server, root)
-    bookie = LocalBookie(tmp_path / "b", free_port(), zk_metadata_uri=f"zk+hierarchical://{zookeeper_server}{root}",
+    bookie = LocalBookie(tmp_path / "b", free_port(), metadata_uri=f"zk+hierarchical://{zookeeper_server}{root}",
                          extra_conf={"zkTimeout": "4000", "dbStorage_writeCacheMaxSizeMb": "16",
                                      "dbStorage_readAheadCacheMaxSizeMb": "16"}).start()
     path = f"{root}/available/{bookie.bookie_id}"

@@ -163,7 +163,7 @@ def test_a_full_ledger_dir_on_a_new_bookie_writes_no_cookie_anywhere_and_starts_
     zk = KazooClient(hosts=zookeeper_server, timeout=10.0)
     zk.start(timeout=15)
     journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
-    bookie = LocalBookie(tmp_path, free_port(), zk_metadata_uri=f"zk+hierarchical://{zookeeper_server}{top}/ledgers",
+    bookie = LocalBookie(tmp_path, free_port(), metadata_uri=f"zk+hierarchical://{zookeeper_server}{top}/ledgers",
                          extra_conf={"dbStorage_writeCacheMaxSizeMb": "16", "dbStorage_readAheadCacheMaxSizeMb": "16"})
     try:
         zk.ensure_path(top)

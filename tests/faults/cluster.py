@@ -114,7 +114,7 @@ class FaultCluster:
             subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_MB}m", "bkfast-faults", str(ledgers)],
                            check=True, capture_output=True)
             self.tmpfs = ledgers
-        bookie = _NsBookie(data, BOOKIE_PORT, zk_metadata_uri=self.metadata_uri, host=self.net.hosts[name],
+        bookie = _NsBookie(data, BOOKIE_PORT, metadata_uri=self.metadata_uri, host=self.net.hosts[name],
                            extra_conf={
                                "zkTimeout": str(SESSION_TIMEOUT_MS),
                                "dbStorage_writeCacheMaxSizeMb": "8",

@@ -65,7 +65,23 @@ def _metrics(bookie) -> dict[str, float]:
 
 
 def _urm(cluster):
+    """The cluster's under-replication manager, on whichever store it uses (a reader: it takes no lock)."""
+    if cluster.kv is not None:
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_underreplication import EtcdUnderReplicationManager
+
+        return EtcdUnderReplicationManager(cluster.kv, EtcdKeys(cluster.root), None)
     return UnderReplicationManager(cluster.zk, cluster.root)
+
+
+def _election(cluster):
+    """An observer of the cluster's auditor election."""
+    if cluster.kv is not None:
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_underreplication import EtcdAuditorElection
+
+        return EtcdAuditorElection(cluster.kv, EtcdKeys(cluster.root), None)
+    return ZkAuditorElection(cluster.zk, cluster.root)
 
 
 def _healed(bk, urm, ledger_ids, dead):
@@ -95,7 +111,7 @@ class _Writer(threading.Thread):
 def test_kill_9_one_bookie_under_live_writers_heals(cluster):
     rng = random.Random(42)
     urm = _urm(cluster)
-    auditor = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
+    auditor = _wait("an auditor", lambda: _election(cluster).current_auditor(), 60)
     bk = BookKeeper(cluster.metadata_uri, timeout=60, addEntryTimeoutSec=5)
     try:
         closed: dict[int, dict[int, bytes]] = {}
@@ -160,7 +176,7 @@ def test_kill_9_one_bookie_under_live_writers_heals(cluster):
 
 def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
     urm = _urm(cluster)
-    auditor_id = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
+    auditor_id = _wait("an auditor", lambda: _election(cluster).current_auditor(), 60)
     assert shell(cluster, "lostbookierecoverydelay", "--set", "8").returncode == 0
     bk = BookKeeper(cluster.metadata_uri, timeout=60)
     try:
@@ -178,7 +194,7 @@ def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
         md = bk.get_ledger_metadata(lid)
         bouncer.stop()                              # clean stop: its registration goes at once
         _wait("the registration to go",
-              lambda: bouncer.bookie_id not in cluster.zk.get_children(f"{cluster.root}/available"), 30)
+              lambda: bouncer.bookie_id not in cluster.registered(), 30)
         time.sleep(1.0)
         bouncer.start()                             # back within the 8 s delay
         cluster.wait_registered(4)
@@ -193,7 +209,7 @@ def test_bookie_back_within_lost_bookie_recovery_delay_is_not_lost(cluster):
 
 def test_trigger_audit_over_http_audits_a_delayed_loss_now(cluster):
     urm = _urm(cluster)
-    auditor_id = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
+    auditor_id = _wait("an auditor", lambda: _election(cluster).current_auditor(), 60)
     alive = [b for b in cluster.bookies if b.alive()]
     gone = next(b for b in alive if b.bookie_id != auditor_id)
     api = next(b for b in alive if b is not gone)
@@ -213,7 +229,7 @@ def test_trigger_audit_over_http_audits_a_delayed_loss_now(cluster):
                 bk.delete_ledger(lh.ledger_id)
         gone.stop()
         _wait("the registration to go",
-              lambda: gone.bookie_id not in cluster.zk.get_children(f"{cluster.root}/available"), 30)
+              lambda: gone.bookie_id not in cluster.registered(), 30)
         time.sleep(1.5)
         assert urm.list_marked() == []                 # the audit waits for the 600 s delay
         assert admin_request(api, "PUT", "autorecovery/trigger_audit") == (200, "Success trigger audit.")
@@ -237,7 +253,7 @@ def test_disable_then_auditor_failover_processes_earlier_marks(cluster):
     urm = _urm(cluster)
     alive = [b for b in cluster.bookies if b.alive()]
     assert len(alive) == 4
-    auditor_id = _wait("an auditor", lambda: ZkAuditorElection(cluster.zk, cluster.root).current_auditor(), 60)
+    auditor_id = _wait("an auditor", lambda: _election(cluster).current_auditor(), 60)
     auditor = cluster.by_id(auditor_id)
     bk = BookKeeper(cluster.metadata_uri, timeout=60)
     try:
@@ -256,7 +272,7 @@ def test_disable_then_auditor_failover_processes_earlier_marks(cluster):
         assert shell(cluster, "autorecovery", "--disable").returncode == 0
         other.kill()
         _wait("the killed bookie's registration to go",
-            lambda: other.bookie_id not in cluster.zk.get_children(f"{cluster.root}/available"), 30)
+            lambda: other.bookie_id not in cluster.registered(), 30)
         # marks made before the failover (as the auditor would: one call per lost bookie)
         on_other = [lid for lid in ledgers if other.bookie_id in bk.get_ledger_metadata(lid).all_bookies]
         urm.mark_many(on_other, [other.bookie_id])
@@ -265,7 +281,7 @@ def test_disable_then_auditor_failover_processes_earlier_marks(cluster):
         assert {lid: bk.get_ledger_metadata(lid) for lid in ledgers} == before     # disabled: nothing copied
         assert sorted(urm.list_marked()) == sorted(on_other)
         auditor.kill()
-        election = ZkAuditorElection(cluster.zk, cluster.root)
+        election = _election(cluster)
         new_auditor = _wait("another auditor", lambda: (a := election.current_auditor()) not in (None, auditor_id)
                             and a, 30)
         assert new_auditor in {b.bookie_id for b in cluster.bookies if b.alive()}

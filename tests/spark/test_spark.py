@@ -18,6 +18,7 @@ pytest.importorskip("pyarrow", minversion="18")
 from bkfast import BookKeeper  # noqa: E402
 from bkfast.errors import StreamFencedError  # noqa: E402
 from tests import REPO  # noqa: E402
+from tests.cluster_factory import cluster_fixture  # noqa: E402
 from tests.stream_cluster import cluster, ns  # noqa: E402, F401  (fixtures)
 
 pytestmark = pytest.mark.zookeeper
@@ -46,6 +47,23 @@ def spark():
         yield s
     finally:
         s.stop()
+
+
+# The same source on a cluster whose metadata is in etcd (docs/etcd.md): executors open it by its etcd:// URI.
+etcd_cluster = cluster_fixture(bookies=3, store="etcd")
+
+
+def test_a_round_trip_through_a_cluster_on_etcd(spark, etcd_cluster):
+    from bkfast.streams import Namespace
+
+    with Namespace(etcd_cluster.metadata_uri, timeout=60) as on_etcd:
+        on_etcd.create_stream("etcd-trip")
+        rows = _rows(20_000, "etcd")
+        df = spark.createDataFrame(rows, "key binary, value binary").repartition(4)
+        df.write.format("bkfast").options(**_opts(etcd_cluster, "etcd-trip")).mode("append").save()
+        assert on_etcd.describe("etcd-trip").records == 20_000
+    back = spark.read.format("bkfast").options(**_opts(etcd_cluster, "etcd-trip")).load()
+    assert Counter((r.key, r.value) for r in back.select("key", "value").collect()) == Counter(rows)
 
 
 def _opts(cluster, stream, **extra):
@@ -100,7 +118,8 @@ def test_analysis_time_errors_are_one_clear_line(spark, cluster, ns):
         return spark.read.format("bkfast")
 
     fails(lambda: reader().option("stream", "x").load(), "set option metadataServiceUri")
-    fails(lambda: reader().options(metadataServiceUri="embedded:///tmp/x", stream="x").load(), "not a ZooKeeper URI")
+    fails(lambda: reader().options(metadataServiceUri="embedded:///tmp/x", stream="x").load(),
+          "not a ZooKeeper or etcd URI")
     fails(lambda: reader().options(metadataServiceUri=cluster.metadata_uri).load(), "set option stream")
     fails(lambda: reader().options(**_opts(cluster, "missing-stream")).load(), "does not exist")
     fails(lambda: reader().options(**_opts(cluster, "roundtrip", startingPositions="soon")).load(),
