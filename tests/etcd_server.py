@@ -6,6 +6,7 @@ from __future__ import annotations
 from bkfast.cli.local_etcd import (  # noqa: F401 - re-exported for the tests
     EtcdServer,
     EtcdServerError,
+    EtcdTls,
     etcd_health,
     find_etcd,
 )

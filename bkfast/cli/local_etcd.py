@@ -22,23 +22,26 @@ and up, plus anything etcd prints on stderr before its logger exists).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from bkfast.errors import EtcdServerError
 
 from .local_cluster import free_port
 
-__all__ = ["EtcdServer", "EtcdServerError", "find_etcd", "etcd_health"]
+__all__ = ["EtcdServer", "EtcdServerError", "EtcdTls", "find_etcd", "etcd_health"]
 
 DEBIAN_ETCD = "/usr/bin/etcd"
 INSTALL_HINT = "run `make test`, which installs Debian's etcd-server package (scripts/install-system-deps.sh)"
@@ -60,12 +63,27 @@ def find_etcd(binary: str = "etcd") -> str | None:
     return found
 
 
-def etcd_health(url: str, timeout: float = 1.0) -> bool:
+@dataclass(frozen=True)
+class EtcdTls:
+    """PEM files of a TLS etcd: its certificate and key (also shown as its client certificate to itself), and
+    the CA that signs the clients it accepts (`--client-cert-auth`)."""
+
+    cert_file: str
+    key_file: str
+    trusted_ca_file: str
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.trusted_ca_file)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def etcd_health(url: str, timeout: float = 1.0, context: ssl.SSLContext | None = None) -> bool:
     """True if ``GET <url>/health`` answers ``{"health": "true"}``: the member has a leader and serves.
 
     Raises OSError (URLError, a timeout) when nothing answers; False for an answer that is not healthy."""
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout, context=context) as resp:
             body = resp.read()
     except urllib.error.HTTPError as e:
         body = e.read()                  # etcd answers 503 with a JSON body while it has no leader
@@ -90,7 +108,8 @@ class EtcdServer:
     host = HOST
 
     def __init__(self, data_dir: str | os.PathLike | None = None, port: int | None = None,
-                 binary: str = "etcd") -> None:
+                 binary: str = "etcd", tls: EtcdTls | None = None) -> None:
+        self.tls = tls                               # https only, client certificates required
         self._given_dir = Path(data_dir) if data_dir is not None else None
         self._given_port = port
         self.binary = binary
@@ -119,8 +138,8 @@ class EtcdServer:
 
     @property
     def url(self) -> str:
-        """``"http://127.0.0.1:<client port>"``: the v3 JSON gateway is under ``/v3/``."""
-        return f"http://{self.endpoint}"
+        """``"http(s)://127.0.0.1:<client port>"``: the v3 JSON gateway is under ``/v3/``."""
+        return f"{'https' if self.tls else 'http'}://{self.endpoint}"
 
     @property
     def data_dir(self) -> Path | None:
@@ -227,9 +246,12 @@ class EtcdServer:
 
     def _command(self, binary: str, home: Path) -> list[str]:
         peer = f"http://{self.host}:{self._peer_port}"
-        client = f"http://{self.host}:{self._client_port}"
+        client = self.url
+        tls = [] if self.tls is None else ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file,
+                                           "--trusted-ca-file", self.tls.trusted_ca_file, "--client-cert-auth"]
         return [
             binary,
+            *tls,
             "--name", MEMBER_NAME,
             "--data-dir", str(home / "etcd"),
             "--listen-client-urls", client,
@@ -278,7 +300,7 @@ class EtcdServer:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             try:
-                if etcd_health(self.url):
+                if etcd_health(self.url, context=self.tls.client_context() if self.tls else None):
                     return
                 last_error = "not healthy (no leader yet)"
             except OSError as e:
@@ -303,15 +325,12 @@ class EtcdServer:
         if proc is None:
             return
         if proc.poll() is None:
-            try:
+            # Not gone in time (or gone already): SIGKILL below settles it either way.
+            with contextlib.suppress(subprocess.TimeoutExpired, ProcessLookupError):
                 if timeout > 0:
                     proc.send_signal(signal.SIGTERM)
                     proc.send_signal(signal.SIGCONT)     # a paused etcd only acts on SIGTERM once running
                     proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-            except ProcessLookupError:
-                pass
             if proc.poll() is None:
                 proc.kill()
         proc.wait()
