@@ -8,58 +8,42 @@ import os
 import time
 
 from bkfast.ids import bookie_address
-from bkfast.meta import (
-    Cookie,
-    cookie_for_conf,
-    delete_zk_cookie,
-    format_bookie,
-    read_cookie_file,
-    read_instance_id,
-    read_zk_cookie,
-    write_cookie_file,
-    write_zk_cookie,
-    zk_path,
-)
-from bkfast.meta.cookies import bookie_dirs
-from bkfast.meta.zk_layout import AVAILABLE, READONLY
+from bkfast.meta import Cookie, cookie_for_conf, read_cookie_file, write_cookie_file
+from bkfast.meta.cookies import CookieStore, bookie_dirs, format_bookie_in
 
 from .common import AdminError, in_reactor
 
 __all__ = ["this_bookie_id", "bookie_format", "list_cookies", "update_cookie_bookie_id", "expand_storage",
-           "delete_cookie", "bookie_sanity", "is_registered"]
+           "delete_cookie", "bookie_sanity"]
 
 
 def this_bookie_id(conf) -> str:
     return bookie_address(conf).bookie_id
 
 
-def is_registered(zk, root: str, bid: str) -> bool:
-    paths = (zk_path(root, AVAILABLE, bid), zk_path(root, AVAILABLE, READONLY, bid))
-    return any(zk.exists(p) is not None for p in paths)
-
-
-def _refuse_if_running(zk, root: str, bid: str, what: str) -> None:
-    if is_registered(zk, root, bid):
+def _refuse_if_running(store: CookieStore, bid: str, what: str) -> None:
+    if store.registered(bid):
         raise AdminError(f"bookie {bid} is registered (running): stop it before {what}")
 
 
-def bookie_format(zk, root: str, conf, force: bool) -> dict:
-    """bookieformat: wipe the bookie's directories and delete its ZooKeeper cookie (only with `force` when
-    either holds anything). Refused while a bookie with this id is registered."""
+def bookie_format(store: CookieStore | None, conf, force: bool) -> dict:
+    """bookieformat: wipe the bookie's directories and delete its cookie in the metadata store (only with
+    `force` when either holds anything). Refused while a bookie with this id is registered."""
     bid = this_bookie_id(conf)
-    if zk is not None:
-        _refuse_if_running(zk, root, bid, "formatting it")
-    actions = format_bookie(zk, root, conf, bid, force)
+    if store is not None:
+        _refuse_if_running(store, bid, "formatting it")
+    actions = format_bookie_in(store, conf, bid, force)
     return {"bookieId": bid, "actions": actions}
 
 
-def list_cookies(zk, root: str, conf) -> dict:
-    """updatecookie --list: the cookie in ZooKeeper and in each directory, as text."""
+def list_cookies(store: CookieStore, conf) -> dict:
+    """updatecookie --list: the cookie in the metadata store (under the store's name: "zookeeper", "etcd")
+    and in each directory, as text."""
     bid = this_bookie_id(conf)
-    stored = read_zk_cookie(zk, root, bid)
+    stored = store.read(bid)
     local = {d: read_cookie_file(d) for d in bookie_dirs(conf)}
-    return {"bookieId": bid, "zookeeper": stored[0].to_text() if stored else None,
-            "directories": {d: (c.to_text() if c else None) for d, c in local.items()}}
+    return {"bookieId": bid, store.store_name.lower(): stored[0].to_text() if stored else None,
+            "where": store.where(bid), "directories": {d: (c.to_text() if c else None) for d, c in local.items()}}
 
 
 def _other_id(conf, kind: str) -> tuple[str, str]:
@@ -76,37 +60,37 @@ def _other_id(conf, kind: str) -> tuple[str, str]:
     return current, this_bookie_id(other)
 
 
-def update_cookie_bookie_id(zk, root: str, conf, kind: str) -> dict:
+def update_cookie_bookie_id(store: CookieStore, conf, kind: str) -> dict:
     """updatecookie --bookie-id hostname|ip: move the cookies from the id the configuration gives now to the
     id it gives with useHostNameAsBookieID set that way (then change the conf to match)."""
     old, new = _other_id(conf, kind)
     if old == new:
         raise AdminError(f"the bookie id is {old} either way: nothing to update")
-    _refuse_if_running(zk, root, old, "changing its cookie")
-    _refuse_if_running(zk, root, new, "changing its cookie")
-    stored = read_zk_cookie(zk, root, old)
+    _refuse_if_running(store, old, "changing its cookie")
+    _refuse_if_running(store, new, "changing its cookie")
+    stored = store.read(old)
     if stored is None:
-        raise AdminError(f"no cookie for {old} in ZooKeeper at {zk_path(root, 'cookies', old)}")
-    if read_zk_cookie(zk, root, new) is not None:
-        raise AdminError(f"a cookie for {new} already exists in ZooKeeper; delete it first if it is stale")
+        raise AdminError(f"no cookie for {old} in {store.store_name} at {store.where(old)}")
+    if store.read(new) is not None:
+        raise AdminError(f"a cookie for {new} already exists in {store.store_name}; delete it first if it is stale")
     cookie, _version = stored
     moved = Cookie(new, cookie.journal_dirs, cookie.ledger_dirs, cookie.instance_id, cookie.index_dirs,
                    cookie.layout_version)
     for d in bookie_dirs(conf):
         write_cookie_file(d, moved)
-    write_zk_cookie(zk, root, new, moved)
-    delete_zk_cookie(zk, root, old)
+    store.write(new, moved)
+    store.delete(old)
     return {"oldBookieId": old, "newBookieId": new}
 
 
-def expand_storage(zk, root: str, conf) -> dict:
+def expand_storage(store: CookieStore, conf) -> dict:
     """updatecookie --expandstorage: directories added to the configuration (they must be empty) join the
-    cookie, in ZooKeeper and in every directory."""
+    cookie, in the metadata store and in every directory."""
     bid = this_bookie_id(conf)
-    _refuse_if_running(zk, root, bid, "expanding its storage")
-    stored = read_zk_cookie(zk, root, bid)
+    _refuse_if_running(store, bid, "expanding its storage")
+    stored = store.read(bid)
     if stored is None:
-        raise AdminError(f"no cookie for {bid} in ZooKeeper: a new bookie needs no expansion, just start it")
+        raise AdminError(f"no cookie for {bid} in {store.store_name}: a new bookie needs no expansion, just start it")
     cookie, version = stored
     old_dirs = set(cookie.journal_dirs) | set(cookie.ledger_dirs) | set(cookie.index_dirs or ())
     added = [d for d in bookie_dirs(conf) if d not in old_dirs]
@@ -115,22 +99,22 @@ def expand_storage(zk, root: str, conf) -> dict:
     busy = [d for d in added if os.path.isdir(d) and os.listdir(d)]
     if busy:
         raise AdminError(f"new directories must be empty: {', '.join(busy)}")
-    expanded = cookie_for_conf(conf, bid, cookie.instance_id or read_instance_id(zk, root))
+    expanded = cookie_for_conf(conf, bid, cookie.instance_id or store.instance_id())
     for d in bookie_dirs(conf):
         write_cookie_file(d, expanded)
-    write_zk_cookie(zk, root, bid, expanded, version=version)
+    store.write(bid, expanded, version=version)
     return {"bookieId": bid, "addedDirectories": added}
 
 
-def delete_cookie(zk, root: str, conf, force: bool) -> dict:
-    """updatecookie --delete: remove this bookie's cookie from ZooKeeper (its directories keep theirs).
-    Needs `force`; refused while the bookie is registered."""
+def delete_cookie(store: CookieStore, conf, force: bool) -> dict:
+    """updatecookie --delete: remove this bookie's cookie from the metadata store (its directories keep
+    theirs). Needs `force`; refused while the bookie is registered."""
     bid = this_bookie_id(conf)
     if not force:
         raise AdminError(f"deleting the cookie of {bid} makes its data unusable to the cluster; pass --force")
-    _refuse_if_running(zk, root, bid, "deleting its cookie")
-    if not delete_zk_cookie(zk, root, bid):
-        raise AdminError(f"no cookie for {bid} in ZooKeeper")
+    _refuse_if_running(store, bid, "deleting its cookie")
+    if not store.delete(bid):
+        raise AdminError(f"no cookie for {bid} in {store.store_name}")
     return {"bookieId": bid, "deleted": True}
 
 

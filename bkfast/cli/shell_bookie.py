@@ -9,7 +9,6 @@ import itertools
 import click
 
 from bkfast.admin import bookie_files, bookie_ops
-from bkfast.meta.zk_layout import COOKIES, zk_path
 
 from .shell_common import (
     ENTRY_ID,
@@ -17,12 +16,12 @@ from .shell_common import (
     SCOPE_ID,
     client_of,
     common_options,
+    cookie_store_of,
     emit,
     json_option,
     ledger_options,
     progress,
     ref_of,
-    zk_of,
 )
 
 __all__ = ["COMMANDS"]
@@ -155,9 +154,9 @@ def localconsistencycheck(target, as_json):
 @click.option("--force", is_flag=True, help="Wipe a bookie that holds data")
 @json_option
 def bookieformat(target, force, as_json):
-    """Wipe this bookie's journal/ledger/index directories and delete its cookie in ZooKeeper."""
-    with zk_of(target) as (zk, root, _layout):
-        out = bookie_ops.bookie_format(zk, root, target.conf, force)
+    """Wipe this bookie's journal/ledger/index directories and delete its cookie in the metadata store."""
+    with cookie_store_of(target) as store:
+        out = bookie_ops.bookie_format(store, target.conf, force)
     emit(out, as_json, lambda o: o["actions"] + [f"formatted bookie {o['bookieId']}"])
 
 
@@ -177,29 +176,30 @@ def updatecookie(target, bookie_id, expandstorage, list_, delete, force, as_json
                                     ("--list", list_), ("--delete", delete)) if on]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --bookie-id, --expandstorage, --list, --delete")
-    with zk_of(target) as (zk, root, _layout):
+    with cookie_store_of(target) as store:
         if bookie_id:
-            out = bookie_ops.update_cookie_bookie_id(zk, root, target.conf, bookie_id)
+            out = bookie_ops.update_cookie_bookie_id(store, target.conf, bookie_id)
             text = f"moved cookies from {out['oldBookieId']} to {out['newBookieId']}"
         elif expandstorage:
-            out = bookie_ops.expand_storage(zk, root, target.conf)
+            out = bookie_ops.expand_storage(store, target.conf)
             text = f"added {', '.join(out['addedDirectories'])} to the cookie of {out['bookieId']}"
         elif list_:
-            out = bookie_ops.list_cookies(zk, root, target.conf)
-            text = "\n".join(_cookie_lines(out, root))
+            out = bookie_ops.list_cookies(store, target.conf)
+            text = "\n".join(_cookie_lines(out, store.store_name))
         else:
-            out = bookie_ops.delete_cookie(zk, root, target.conf, force)
-            text = f"deleted the ZooKeeper cookie of {out['bookieId']}"
+            out = bookie_ops.delete_cookie(store, target.conf, force)
+            text = f"deleted the {store.store_name} cookie of {out['bookieId']}"
     emit(out, as_json, lambda _o: text)
 
 
-def _cookie_lines(out: dict, root: str):
+def _cookie_lines(out: dict, store_name: str):
     bid = out["bookieId"]
-    if out["zookeeper"] is None:
-        yield f"no cookie for {bid} in ZooKeeper ({zk_path(root, COOKIES, bid)})"
+    stored = out[store_name.lower()]
+    if stored is None:
+        yield f"no cookie for {bid} in {store_name} ({out['where']})"
     else:
-        yield f"ZooKeeper cookie of {bid}:"
-        yield out["zookeeper"].rstrip()
+        yield f"{store_name} cookie of {bid}:"
+        yield stored.rstrip()
     for directory, cookie in out["directories"].items():
         if cookie is None:
             yield f"{directory}: no cookie"

@@ -32,7 +32,7 @@ from bkfast.conf import ServerConfiguration, log_unknown_keys
 from bkfast.ids import MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_SCOPE_ID
 
 __all__ = ["common_options", "ledger_options", "json_option", "Target", "emit", "progress", "zk_of", "on_zk",
-           "is_etcd", "etcd_of", "replication_of",
+           "is_etcd", "etcd_of", "replication_of", "cookie_store_of",
            "client_of", "ref_of", "BOOKIE_ID", "BOOKIE_IDS", "LEDGER_ID", "SCOPE_ID", "ENTRY_ID", "LAST_ENTRY_ID"]
 
 T = TypeVar("T")
@@ -238,6 +238,21 @@ def replication_of(target: Target) -> Iterator[tuple]:
 
     with zk_of(target) as (zk, root, _layout):
         yield ZkUnderReplicationManager(zk, root), ZkAuditorElection(zk, root)
+
+
+@contextlib.contextmanager
+def cookie_store_of(target: Target) -> Iterator:
+    """The cookies of the target's cluster (bkfast.meta.cookies.CookieStore), ZooKeeper or etcd."""
+    if is_etcd(target):
+        from bkfast.meta.etcd_cluster import EtcdCookieStore
+
+        with etcd_of(target) as (kv, scope):
+            yield EtcdCookieStore(kv, scope)
+        return
+    from bkfast.meta.cookies import ZkCookieStore
+
+    with zk_of(target) as (zk, root, _layout):
+        yield ZkCookieStore(zk, root)
 
 
 def on_zk(target: Target, operation: Callable[..., T], *args, **kwargs) -> T:

@@ -21,13 +21,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from bkfast.errors import CookieError, CookieMismatchError
 
-from .zk_layout import COOKIES, read_instance_id, zk_path
+from .zk_layout import AVAILABLE, COOKIES, READONLY, read_instance_id, zk_path
 
 __all__ = [
     "Cookie", "CookieError", "CookieMismatchError", "COOKIE_LAYOUT_VERSION", "VERSION_FILENAME",
     "cookie_for_conf", "encode_dirs", "decode_dirs", "read_cookie_file", "write_cookie_file",
     "read_zk_cookie", "write_zk_cookie", "delete_zk_cookie", "check_or_create_cookies", "format_bookie",
-    "bookie_dirs", "check_local_cookies", "CookieStore", "ZkCookieStore", "check_cookies",
+    "bookie_dirs", "check_local_cookies", "CookieStore", "ZkCookieStore", "check_cookies", "format_bookie_in",
 ]
 
 COOKIE_LAYOUT_VERSION = 5
@@ -372,6 +372,10 @@ class CookieStore(Protocol):
 
     def exists(self, bookie_id: str) -> bool: ...
 
+    def registered(self, bookie_id: str) -> bool:
+        """Whether a bookie with this id is registered: a running bookie's cookie must not change under it."""
+        ...
+
 
 class ZkCookieStore:
     """Cookies at ``<root>/cookies/<bookieId>`` on a started kazoo client."""
@@ -401,6 +405,10 @@ class ZkCookieStore:
 
     def exists(self, bookie_id: str) -> bool:
         return self.zk.exists(_zk_cookie_path(self.root, bookie_id)) is not None
+
+    def registered(self, bookie_id: str) -> bool:
+        paths = (zk_path(self.root, AVAILABLE, bookie_id), zk_path(self.root, AVAILABLE, READONLY, bookie_id))
+        return any(self.zk.exists(p) is not None for p in paths)
 
 
 def check_or_create_cookies(zk, root: str, conf, bookie_id: str) -> Cookie:
@@ -505,21 +513,26 @@ def _wipe_dir(directory: str) -> None:
 
 
 def format_bookie(zk, root: str, conf, bookie_id: str, force: bool = False) -> list[str]:
-    """BookKeeper's `bookieformat`: wipe this bookie's journal/ledger/index dirs and delete its ZK cookie.
-    Without `force`, refuses when any directory holds data or ZooKeeper holds the cookie. Returns actions."""
+    """`format_bookie_in` on ZooKeeper's cookies (none when `zk` is None: the directories alone)."""
+    return format_bookie_in(ZkCookieStore(zk, root) if zk is not None else None, conf, bookie_id, force)
+
+
+def format_bookie_in(store: CookieStore | None, conf, bookie_id: str, force: bool = False) -> list[str]:
+    """BookKeeper's `bookieformat`: wipe this bookie's journal/ledger/index dirs and delete its cookie in the
+    metadata store. Without `force`, refuses when any directory holds data or the store holds the cookie.
+    Returns the actions taken."""
     dirs = bookie_dirs(conf)
     nonempty = [d for d in dirs if os.path.isdir(d) and os.listdir(d)]
-    zk_cookie = zk.exists(_zk_cookie_path(root, bookie_id)) is not None if zk is not None else False
-    if not force and (nonempty or zk_cookie):
+    stored = store is not None and store.exists(bookie_id)
+    if not force and (nonempty or stored):
         what = ([f"directories {', '.join(nonempty)} hold data"] if nonempty else []) + \
-               ([f"ZooKeeper has cookie {_zk_cookie_path(root, bookie_id)}"] if zk_cookie else [])
+               ([f"{store.store_name} has cookie {store.where(bookie_id)}"] if store is not None and stored else [])
         raise CookieError(f"bookie {bookie_id} is not empty ({'; '.join(what)}); pass --force to wipe it")
     actions = []
     for d in dirs:
         if os.path.isdir(d):
             _wipe_dir(d)
             actions.append(f"wiped {d}")
-    if zk is not None and delete_zk_cookie(zk, root, bookie_id):
-        actions.append(f"deleted cookie {_zk_cookie_path(root, bookie_id)}")
+    if store is not None and store.delete(bookie_id):
+        actions.append(f"deleted cookie {store.where(bookie_id)}")
     return actions
-

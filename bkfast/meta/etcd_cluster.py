@@ -102,3 +102,6 @@ class EtcdCookieStore:
 
     def exists(self, bookie_id: str) -> bool:
         return self.kv.get(self.keys.cookie(bookie_id)) is not None
+
+    def registered(self, bookie_id: str) -> bool:
+        return any(self.kv.get(self.keys.bookie(bookie_id, read_only)) is not None for read_only in (False, True))

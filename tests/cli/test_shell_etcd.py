@@ -103,3 +103,29 @@ def test_recover_copies_a_killed_bookies_ledgers(cluster):
         assert victim.bookie_id not in md.ensembles[-1][1]
         assert [e.data for e in bk.open_ledger(lh.ledger_id, PASSWORD).read_entries(0, 49)] == payloads
     cluster.ensure_all_running()
+
+
+def test_cookie_commands_list_expand_and_format_a_stopped_bookie_on_etcd(cluster, tmp_path):
+    from tests.admin.test_admin_shell import bookie_conf
+
+    cluster.ensure_all_running()
+    bookie = cluster.bookies[2]
+    conf = bookie_conf(cluster, bookie, tmp_path, listeningInterface="127.0.0.1")
+    cookie_key = EtcdKeys(cluster.root).cookie(bookie.bookie_id)
+    running = shell(cluster, "bookieformat", "--force", "--conf", conf)
+    assert running.returncode == 1 and "registered (running)" in running.stderr
+    bookie.stop()
+    _rc, listed = shell_json(cluster, "updatecookie", "--list", "--conf", conf)
+    assert bookie.bookie_id in listed["etcd"] and listed["where"] == cookie_key.decode()
+    assert cluster.kv.get(cookie_key).value.decode() == listed["etcd"]
+    new_dir = tmp_path / "more-ledgers"
+    expanded = bookie_conf(cluster, bookie, tmp_path, "expanded", listeningInterface="127.0.0.1",
+                           ledgerDirectories=f"{bookie.data_dir / 'ledgers'},{new_dir}")
+    assert shell_json(cluster, "updatecookie", "--expandstorage", "--conf", expanded)[1]["addedDirectories"] == \
+        [str(new_dir)]
+    assert str(new_dir) in cluster.kv.get(cookie_key).value.decode()
+    refused = shell(cluster, "bookieformat", "--conf", expanded)
+    assert refused.returncode == 1 and f"etcd has cookie {cookie_key.decode()}" in refused.stderr
+    _rc, formatted = shell_json(cluster, "bookieformat", "--force", "--conf", expanded)
+    assert f"deleted cookie {cookie_key.decode()}" in formatted["actions"]
+    assert cluster.kv.get(cookie_key) is None
