@@ -1,7 +1,8 @@
 """The one metadata interface the client, the sandbox, the bookie's GC and AutoRecovery talk to
 (docs/architecture.md).
 
-Two implementations: `bkfast.meta.zk_driver.ZkMetadataDriver` (kazoo; Java BookKeeper's layout) and
+Three implementations: `bkfast.meta.zk_driver.ZkMetadataDriver` (kazoo; Java BookKeeper's layout),
+`bkfast.meta.etcd_driver.EtcdMetadataDriver` (etcd v3; Java's etcd layout, docs/etcd.md) and
 `bkfast.meta.embedded.EmbeddedMetadataDriver` (one process, persisted with rocksdict). Every method
 that does I/O returns a Deferred that fires in the reactor thread; listeners are called in the reactor
 thread too. Errors are `bkfast.errors` client exceptions (BKNoSuchLedgerExistsException,
