@@ -21,12 +21,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from twisted.internet import defer, threads
+from twisted.internet import defer
 from twisted.internet import reactor as global_reactor
-from twisted.python.threadpool import ThreadPool
 
 from bkfast.errors import (
-    BKError,
     BKLedgerExistException,
     BKMetadataVersionException,
     BKMetaStoreException,
@@ -34,7 +32,6 @@ from bkfast.errors import (
     MetadataError,
 )
 from bkfast.ids import LedgerId
-from bkfast.threads import start_thread, thread_factory
 
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .etcd_kv import (
@@ -61,7 +58,8 @@ from .etcd_layout import (
 from .etcd_registration import EtcdBookieRegistration
 from .etcd_session import EtcdSession
 from .etcd_streams import EtcdStreamStore
-from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, new_ctoken, parse_metadata, serialize_metadata
+from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_metadata
+from .pooled_driver import PooledDriver
 from .registration import bookie_info_from_data
 
 __all__ = ["EtcdMetadataDriver", "etcd_client_from_conf"]
@@ -73,10 +71,6 @@ log = logging.getLogger(__name__)
 MAX_TXN_OPS = 128
 # Ledger ids taken per round trip (2 operations each): unused ones are gaps, as a failed create leaves in Java.
 ID_BATCH = 16
-
-
-class _DaemonThreadPool(ThreadPool):
-    threadFactory = staticmethod(thread_factory("etcd-meta"))  # type: ignore[assignment]  # a factory, as Twisted calls it
 
 
 def etcd_client_from_conf(uri: str, conf=None, timeout_s: float | None = None) -> EtcdKV:
@@ -93,7 +87,7 @@ def etcd_client_from_conf(uri: str, conf=None, timeout_s: float | None = None) -
                   password=conf.etcd_password if conf is not None else None, timeout_s=timeout_s)
 
 
-class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
+class EtcdMetadataDriver(EtcdStreamStore, PooledDriver, MetadataDriver):
     """``etcd://host:port[,host:port]/<scope>``. `lease_ttl_s` is the lifetime of this driver's registrations,
     locks and votes once it stops renewing them (default: zkTimeout in seconds, as Java's etcd driver)."""
 
@@ -109,23 +103,14 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
         self.lease_ttl_s = int(lease_ttl_s or zk_timeout_s or 10)
         self.kv: EtcdKV | None = None
         self._session: EtcdSession | None = None
-        self._pool = _DaemonThreadPool(minthreads=1, maxthreads=max_threads, name=f"etcd-meta-{self.scope}")
-        self._registrations: dict[str, EtcdBookieRegistration] = {}
+        self._init_pool("etcd-meta", f"etcd-meta-{self.scope}", max_threads)
         self._watches: list[EtcdWatch] = []
         self._closables: list[Any] = []
         self._next_bucket = random.randrange(NUM_BUCKETS)
         self._prefetched_ids: collections.deque[int] = collections.deque()
         self._bucket_lock = threading.Lock()
-        self._started = False
-        self._closed = False
 
     # --- plumbing ---------------------------------------------------------------------------------------
-    def _in_pool(self, fn, *args) -> defer.Deferred:
-        if not self._started or self._closed:
-            state = "closed" if self._closed else "not started"
-            return defer.fail(BKMetaStoreException(f"metadata driver {self.uri} is {state}"))
-        return threads.deferToThreadPool(reactor, self._pool, fn, *args)
-
     def _kv(self) -> EtcdKV:
         assert self.kv is not None, "operations run only after start()"
         return self.kv
@@ -137,15 +122,6 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
         return self._session
 
     # --- lifecycle --------------------------------------------------------------------------------------
-    def start(self) -> defer.Deferred:
-        if self._started:
-            return defer.succeed(self)
-        self._pool.start()
-        self._started = True
-        d = self._in_pool(self._start_blocking)
-        d.addCallback(lambda _: self)
-        return d
-
     def _start_blocking(self) -> None:
         self.kv = etcd_client_from_conf(self.uri, self._conf, self.operation_timeout_s)
         layout = self.kv.get(self.keys.layout)
@@ -155,27 +131,14 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
         check_etcd_layout(layout.value, self.keys.layout.decode())
         log.info("metadata driver connected to etcd %s (scope %s)", self.kv.describe(), self.scope)
 
-    def close(self) -> defer.Deferred:
-        if self._closed or not self._started:
-            self._closed = True
-            return defer.succeed(None)
+    def _before_close(self) -> None:
         for watch in self._watches:
             watch.cancel()
-        d = threads.deferToThreadPool(reactor, self._pool, self._close_blocking)
-        self._closed = True
-
-        def stop_pool(result):
-            start_thread(self._pool.stop, "etcd-meta-stop")
-            return result
-        d.addBoth(stop_pool)
-        return d
 
     def _close_blocking(self) -> None:
         for closable in self._closables:
             closable.close()
-        for reg in list(self._registrations.values()):
-            reg.unregister()
-        self._registrations.clear()
+        self._unregister_all()
         if self._session is not None:
             self._session.close()
         if self.kv is not None:
@@ -208,15 +171,6 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
         raise BKMetaStoreException(f"every ledger id bucket under {self.keys.buckets_dir.decode()} is full")
 
     # --- ledger metadata ------------------------------------------------------------------------------
-    def create_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata) -> defer.Deferred:
-        if metadata.metadata_format_version > 2 and not metadata.c_token:
-            metadata = metadata.replace(c_token=new_ctoken())
-        try:
-            data = serialize_metadata(metadata, metadata.metadata_format_version)
-        except BKError as e:
-            return defer.fail(e)
-        return self._in_pool(self._create_blocking, ledger, metadata, data)
-
     def _create_blocking(self, ledger: LedgerId, metadata: LedgerMetadata, data: bytes) -> Versioned:
         key = self.keys.ledger(ledger)
         result = self._kv().txn([cmp_absent(key)], [op_put(key, data)], [op_get(key)], what=f"create ledger {ledger}")
@@ -230,9 +184,6 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
                 log.info("ledger %s: create found our own metadata at %s (cToken match): created", ledger, key.decode())
                 return existing
         raise BKLedgerExistException(f"ledger {ledger}: metadata already exists at {key.decode()}")
-
-    def read_ledger_metadata(self, ledger: LedgerId) -> defer.Deferred:
-        return self._in_pool(self._read_blocking, ledger)
 
     def _read_blocking(self, ledger: LedgerId) -> Versioned:
         key = self.keys.ledger(ledger)
@@ -262,14 +213,6 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
                     found[ledger] = kvs[0]
         return found
 
-    def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata,
-                              expected_version: int) -> defer.Deferred:
-        try:
-            data = serialize_metadata(metadata, metadata.metadata_format_version)
-        except BKError as e:
-            return defer.fail(e)
-        return self._in_pool(self._write_blocking, ledger, metadata, data, expected_version)
-
     def _write_blocking(self, ledger, metadata, data, expected_version) -> Versioned:
         key = self.keys.ledger(ledger)
         result = self._kv().txn([_cmp_version(key, expected_version)], [op_put(key, data)], [op_get(key)],
@@ -287,9 +230,6 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
             raise BKNoSuchLedgerExistsException(f"ledger {ledger}: no metadata at {key.decode()}")
         raise BKMetadataVersionException(f"ledger {ledger}: metadata at {key.decode()} is no longer at version "
                                          f"{expected_version} (it is at {found[0].version - 1})")
-
-    def remove_ledger_metadata(self, ledger: LedgerId, expected_version: int = -1) -> defer.Deferred:
-        return self._in_pool(self._remove_blocking, ledger, expected_version)
 
     def _remove_blocking(self, ledger: LedgerId, expected_version: int) -> None:
         key = self.keys.ledger(ledger)
@@ -323,8 +263,7 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
 
     # --- watches ----------------------------------------------------------------------------------------
     def _watch(self, key: bytes, end: bytes | None, on_events, on_reset) -> Cancel:
-        if not self._started or self._closed:
-            raise BKMetaStoreException(f"metadata driver {self.uri} is not started")
+        self._check_open()
         watch = self._kv().watch(key, end, on_events, on_reset)
         self._watches.append(watch)
 
@@ -433,17 +372,6 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
             self._registrations[bookie_id] = reg
         reg.register(read_only)
 
-    def unregister_bookie(self, bookie_id: str) -> defer.Deferred:
-        return self._in_pool(self._unregister_blocking, bookie_id)
-
-    def _unregister_blocking(self, bookie_id: str) -> None:
-        reg = self._registrations.pop(bookie_id, None)
-        if reg is None:
-            log.info("bookie %s: unregister requested but this driver did not register it", bookie_id)
-            return
-        reg.unregister()
-        log.info("bookie %s unregistered", bookie_id)
-
     def bookie_cookie_exists(self, bookie_id: str) -> defer.Deferred:
         return self._in_pool(lambda: self._kv().get(self.keys.cookie(bookie_id)) is not None)
 
@@ -474,7 +402,8 @@ class EtcdMetadataDriver(EtcdStreamStore, MetadataDriver):
         return election
 
     def _check_started(self) -> None:
-        if not self._started or self._closed or self.kv is None:
+        self._check_open()
+        if self.kv is None:
             raise BKMetaStoreException(f"metadata driver {self.uri} is not started")
 
 

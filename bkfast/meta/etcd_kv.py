@@ -324,6 +324,13 @@ class EtcdWatch:
         finally:
             stream.close()
 
+    def _deliver(self, events: list[WatchEvent]) -> None:
+        """A listener's own failure is logged here: it is no reason to read the state again and replay."""
+        try:
+            self._on_events(events)
+        except Exception:
+            log.exception("etcd watch on %r: the listener failed on %d events", self._key, len(events))
+
     def _read_stream(self, response: http.client.HTTPResponse) -> None:
         if response.status != 200:
             raise EtcdRefused(response.status, response.read(300).decode("utf-8", "replace"))
@@ -340,6 +347,6 @@ class EtcdWatch:
             events = [WatchEvent(e.get("type") == "DELETE", KeyValue.from_json(e["kv"]))
                       for e in result.get("events", [])]
             if events:
-                self._on_events(events)
+                self._deliver(events)
         if not self._cancelled.is_set():
             raise EtcdUnavailable("watch stream ended")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from bkfast.errors import BKMetaStoreException
 from bkfast.threads import start_thread
 
-from .etcd_kv import EtcdKV
+from .etcd_kv import EtcdKV, EtcdRefused
 
 __all__ = ["EtcdSession", "MIN_TTL_S"]
 
@@ -62,12 +62,12 @@ class EtcdSession:
             lease = self.lease
             try:
                 ttl = self.kv.lease_keepalive(lease, timeout_s=interval)
-            except BKMetaStoreException as e:
+            except EtcdRefused as e:                 # etcd answered: this lease is no more
+                log.warning("etcd lease %x: renewal refused (%s)", lease, e)
+                ttl = 0
+            except BKMetaStoreException as e:        # no answer: the lease may well live on
                 log.warning("etcd lease %x: renewal failed (%s); trying again", lease, e)
                 continue
-            except Exception as e:
-                log.warning("etcd lease %x: renewal refused (%s: %s)", lease, type(e).__name__, e)
-                ttl = 0
             if ttl <= 0 and not self._closed.is_set():
                 self._replace(lease)
 

@@ -194,7 +194,7 @@ class EtcdUnderReplicationManager(UnderReplicationManager):
     """See the module docstring. `store_ctime` is storeSystemTimeAsLedgerUnderreplicatedMarkTime;
     `lock_holder` the text a lock records (Java: the host name)."""
 
-    def __init__(self, kv: EtcdKV, keys: EtcdKeys, session: EtcdSession, *, store_ctime: bool = True,
+    def __init__(self, kv: EtcdKV, keys: EtcdKeys, session: EtcdSession | None, *, store_ctime: bool = True,
                  lock_holder: str | None = None):
         self.kv, self.keys, self.session = kv, keys, session
         self.store_ctime = store_ctime
@@ -305,15 +305,22 @@ class EtcdUnderReplicationManager(UnderReplicationManager):
         return gone
 
     # --- locks ----------------------------------------------------------------------------------------
+    def _lease(self) -> int:
+        if self.session is None:
+            raise ReplicationUnavailableError("this under-replication manager reads only: it has no lease to lock on")
+        return self.session.lease
+
     def try_lock(self, ledger_id: int) -> bool:
         key = self._lock_key(ledger_id)
-        put = op_put(key, encode_lock(self.lock_holder), self.session.lease)
+        put = op_put(key, encode_lock(self.lock_holder), self._lease())
         return self.kv.txn([cmp_absent(key)], [put], what=f"lock ledger {ledger_id} for re-replication").succeeded
 
     def release_lock(self, ledger_id: int) -> None:
         """Delete the lock only if it is on our lease: another worker's lock (ours went with an expired
         lease, and it took the ledger since) stays."""
         key = self._lock_key(ledger_id)
+        if self.session is None:
+            return                                   # a reader holds no lock
         self.kv.txn([cmp_lease(key, self.session.lease)], [op_delete(key)], what=f"unlock ledger {ledger_id}")
 
     def lock_holder_of(self, ledger_id: int) -> str | None:
@@ -381,7 +388,7 @@ class EtcdAuditorElection(AuditorElection):
     names the lease it lives on and this candidate, so a candidate whose lease was replaced votes again
     under a new key (behind the others), and two candidates on one session never share a vote."""
 
-    def __init__(self, kv: EtcdKV, keys: EtcdKeys, session: EtcdSession, bookie_id: str | None = None):
+    def __init__(self, kv: EtcdKV, keys: EtcdKeys, session: EtcdSession | None, bookie_id: str | None = None):
         self.kv, self.keys, self.session = kv, keys, session
         self.bookie_id = bookie_id
         self.prefix, self.prefix_end = EtcdKeys.children(keys.ur(ELECTION))
@@ -394,7 +401,7 @@ class EtcdAuditorElection(AuditorElection):
         self._closed = False
         # A replaced lease took our vote: run a round now rather than when the next vote goes.
         self._forget_listener = (session.on_new_lease(lambda _lease: self.wake.set())
-                                 if bookie_id is not None else None)
+                                 if bookie_id is not None and session is not None else None)
 
     def close(self) -> None:
         """Stop watching the votes (the vote itself goes with the session, or `withdraw`)."""
@@ -419,9 +426,9 @@ class EtcdAuditorElection(AuditorElection):
         votes, _ = self._votes()
         return parse_vote(votes[0].value) if votes else None
 
-    def _ensure_vote(self) -> None:
-        if self.bookie_id is None:
-            raise ValueError("an observer of the auditor election (no bookie id) cannot vote")
+    def _ensure_vote(self) -> bytes:
+        if self.bookie_id is None or self.session is None:
+            raise ValueError("an observer of the auditor election (no bookie id or no session) cannot vote")
         lease = self.session.lease
         key = self.prefix + b"V_%016x_%s" % (lease, self._token)
         created = self.kv.txn([cmp_absent(key)], [op_put(key, encode_vote(self.bookie_id), lease)],
@@ -429,22 +436,23 @@ class EtcdAuditorElection(AuditorElection):
         self.vote = key
         if created:
             log.info("auditor election: %s voted %s", self.bookie_id, key.decode())
+        return key
 
     def run_once(self) -> bool:
         """One round: (re)vote; True if our vote is the earliest living one. Every vote deleted after this
         round's read (ours, or one ahead of ours) sets `wake`."""
         self.wake.clear()
-        self._ensure_vote()
+        vote = self._ensure_vote()
         votes, revision = self._votes()
         self._watch_from(revision)
-        if not any(kv.key == self.vote for kv in votes):
+        if not any(kv.key == vote for kv in votes):
             self.vote = None             # gone between the put and the read (the lease expired): next round
             self.is_auditor = False
             self.wake.set()
             return False
-        won = votes[0].key == self.vote
+        won = votes[0].key == vote
         if won and not self.is_auditor:
-            log.info("auditor election: %s is the auditor (vote %s)", self.bookie_id, self.vote.decode())
+            log.info("auditor election: %s is the auditor (vote %s)", self.bookie_id, vote.decode())
         self.is_auditor = won
         return won
 
@@ -465,6 +473,7 @@ class EtcdAuditorElection(AuditorElection):
             return self.kv.range(self.prefix, self.prefix_end, keys_only=True, limit=1)[1]
 
         handle = self.kv.watch(self.prefix, self.prefix_end, on_events, on_reset, name="etcd-election")
+        old: EtcdWatch | None
         with self._lock:
             if self._closed:             # closed while this round ran: nobody waits on this watch
                 old = handle

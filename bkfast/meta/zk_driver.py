@@ -32,10 +32,8 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 from twisted.internet import defer, threads
 from twisted.internet import reactor as global_reactor
-from twisted.python.threadpool import ThreadPool
 
 from bkfast.errors import (
-    BKError,
     BKLedgerExistException,
     BKMetadataVersionException,
     BKNoSuchLedgerExistsException,
@@ -43,17 +41,16 @@ from bkfast.errors import (
     MetadataError,
 )
 from bkfast.ids import LedgerId
-from bkfast.threads import ZK, start_thread, thread_factory
+from bkfast.threads import ZK, start_thread
 
 from . import ledger_paths as lp
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .ledger_metadata import (
     LedgerMetadata,
     LedgerMetadataFormatError,
-    new_ctoken,
     parse_metadata,
-    serialize_metadata,
 )
+from .pooled_driver import PooledDriver
 from .registration import BookieRegistration, bookie_info_from_data
 from .stream_store import ZkStreamStore
 from .zk_idgen import IDGEN_LONG, ZkIdGeneration
@@ -78,14 +75,7 @@ _RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooT
               ConnectionClosedError)
 
 
-class _DaemonThreadPool(ThreadPool):
-    """Daemon threads: a program that forgets to close its client must still be able to exit (kazoo's
-    own threads are daemons too)."""
-
-    threadFactory = staticmethod(thread_factory(f"{ZK}-meta"))  # type: ignore[assignment]  # a factory, as Twisted calls it
-
-
-class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
+class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, PooledDriver, MetadataDriver):
     """``zk+<layout>://host:port[,host:port]/ledgers`` (``;`` also separates hosts). The cluster's LAYOUT
     znode decides the layout; the URI's layout is only a hint. Pass `client` to share a started
     KazooClient (it is then not stopped by close())."""
@@ -104,29 +94,22 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         self.short_id_limit = lp.SHORT_ID_LIMIT      # Java's Integer.MAX_VALUE; lowered only by tests
         self.zk = client
         self._own_client = client is None
-        self._pool = _DaemonThreadPool(minthreads=1, maxthreads=max_threads, name=f"bk-zk-meta-{self.root}")
+        self._init_pool(f"{ZK}-meta", f"bk-zk-meta-{self.root}", max_threads)
         self._idgen_lock = threading.Lock()
         self._local = threading.local()
         self._long_ids: bool | None = None           # idgen-long present? (None = not checked yet)
         self._hobs: list[str] | None = None          # cached children of idgen-long
-        self._registrations: dict[str, BookieRegistration] = {}
         self._watch_flags: list[dict] = []
-        self._started = False
-        self._closed = False
 
     # --- plumbing ---------------------------------------------------------------------------------
-    def _in_pool(self, fn, *args) -> defer.Deferred:
-        if not self._started or self._closed:
-            state = "closed" if self._closed else "not started"
-            return defer.fail(BKZKException(f"metadata driver {self.uri} is {state}"))
-        return threads.deferToThreadPool(reactor, self._pool, self._bounded, fn, *args)
+    _unreachable = BKZKException
 
     def _zk(self) -> KazooClient:
         """The session of an operation: operations run only once start() has set it."""
         assert self.zk is not None, "operations run only after start() set the session"
         return self.zk
 
-    def _bounded(self, fn, *args):
+    def _run_in_pool(self, fn, *args):
         """Run one driver operation in a pool thread; all its ZooKeeper calls share one deadline."""
         self._local.deadline = time.monotonic() + self.operation_timeout_s
         try:
@@ -176,15 +159,6 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         return lp.ledger_path(self.root, ledger, self.layout)
 
     # --- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> defer.Deferred:
-        if self._started:
-            return defer.succeed(self)
-        self._pool.start()
-        self._started = True
-        d = self._in_pool(self._start_blocking)
-        d.addCallback(lambda _: self)
-        return d
-
     def _start_blocking(self) -> None:
         if self.zk is None:
             from .zk_client import make_zk_client
@@ -213,29 +187,12 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         self.layout = layout.name
         log.info("metadata driver connected to %s (root %s, layout %s)", self.hosts, self.root, self.layout)
 
-    def close(self) -> defer.Deferred:
-        if self._closed or not self._started:
-            self._closed = True
-            return defer.succeed(None)
+    def _before_close(self) -> None:
         for flags in self._watch_flags:
             flags["cancelled"] = True
-        d = threads.deferToThreadPool(reactor, self._pool, self._close_blocking)
-        self._closed = True
-
-        def stop_pool(result):
-            # ThreadPool.stop() joins the workers: never in the reactor thread.
-            start_thread(self._pool.stop, "zk-meta-stop")
-            return result
-        d.addBoth(stop_pool)
-        return d
 
     def _close_blocking(self) -> None:
-        for reg in list(self._registrations.values()):
-            try:
-                reg.unregister()
-            except Exception as e:
-                log.warning("unregistering bookie %s on close failed: %r", reg.bookie_id, e)
-        self._registrations.clear()
+        self._unregister_all()
         if self._own_client and self.zk is not None:
             self.zk.stop()
             self.zk.close()
@@ -245,15 +202,6 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         return self._in_pool(self._generate_blocking)
 
     # --- ledger metadata ----------------------------------------------------------------------------
-    def create_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata) -> defer.Deferred:
-        if metadata.metadata_format_version > 2 and not metadata.c_token:
-            metadata = metadata.replace(c_token=new_ctoken())
-        try:
-            data = serialize_metadata(metadata, metadata.metadata_format_version)
-        except BKError as e:
-            return defer.fail(e)
-        return self._in_pool(self._create_blocking, ledger, metadata, data)
-
     def _create_blocking(self, ledger: LedgerId, metadata: LedgerMetadata, data: bytes) -> Versioned:
         path = self._path(ledger)
         try:
@@ -270,9 +218,6 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
             raise BKLedgerExistException(f"ledger {ledger}: metadata already exists at {path}") from None
         log.info("ledger %s: created metadata at %s", ledger, path)
         return Versioned(metadata, 0)
-
-    def read_ledger_metadata(self, ledger: LedgerId) -> defer.Deferred:
-        return self._in_pool(self._read_blocking, ledger)
 
     def _read_blocking(self, ledger: LedgerId) -> Versioned:
         path = self._path(ledger)
@@ -291,14 +236,6 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         return {paths[path]: Versioned(_parse(paths[path], path, got[0]), got[1].version)
                 for path, got in found.items() if got is not None}
 
-    def write_ledger_metadata(self, ledger: LedgerId, metadata: LedgerMetadata,
-                              expected_version: int) -> defer.Deferred:
-        try:
-            data = serialize_metadata(metadata, metadata.metadata_format_version)
-        except BKError as e:
-            return defer.fail(e)
-        return self._in_pool(self._write_blocking, ledger, metadata, data, expected_version)
-
     def _write_blocking(self, ledger, metadata, data, expected_version) -> Versioned:
         path = self._path(ledger)
         try:
@@ -311,9 +248,6 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         log.info("ledger %s: metadata version %d -> %d (%s)", ledger, expected_version, stat.version,
                  metadata.state.name)
         return Versioned(metadata, stat.version)
-
-    def remove_ledger_metadata(self, ledger: LedgerId, expected_version: int = -1) -> defer.Deferred:
-        return self._in_pool(self._remove_blocking, ledger, expected_version)
 
     def _remove_blocking(self, ledger: LedgerId, expected_version: int) -> None:
         path = self._path(ledger)
@@ -421,8 +355,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
             if flags in self._watch_flags:
                 self._watch_flags.remove(flags)
 
-        if not self._started or self._closed:
-            raise BKZKException(f"metadata driver {self.uri} is not started")
+        self._check_open()
         _start_watch(DataWatch, self.zk, path, on_data)
         return cancel
 
@@ -453,8 +386,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         return out
 
     def watch_bookies(self, listener: Callable[[dict, dict], None]) -> Cancel:
-        if not self._started or self._closed:
-            raise BKZKException(f"metadata driver {self.uri} is not started")
+        self._check_open()
         flags = {"cancelled": False, "running": False, "dirty": False, "last": None}
         self._watch_flags.append(flags)
 
@@ -504,8 +436,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         """Pulsar's rack table beside the ledgers root (bkfast.meta.rack_table), delivered in the reactor."""
         from .rack_table import rack_table_path, watch_rack_table
 
-        if not self._started or self._closed:
-            raise BKZKException(f"metadata driver {self.uri} is not started")
+        self._check_open()
         flags = {"cancelled": False}
         self._watch_flags.append(flags)
 
@@ -554,7 +485,8 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
         return ZkAuditorElection(self.zk, self.root, bookie_id)
 
     def _check_started(self) -> None:
-        if not self._started or self._closed or self.zk is None:
+        self._check_open()
+        if self.zk is None:
             raise BKZKException(f"metadata driver {self.uri} is not started")
 
     def register_bookie(self, bookie_id: str, service_info: bytes, read_only: bool = False) -> defer.Deferred:
@@ -574,16 +506,6 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, MetadataDriver):
             self._registrations[bookie_id] = reg
         log.info("bookie %s registered at %s", bookie_id, reg.path)
 
-    def unregister_bookie(self, bookie_id: str) -> defer.Deferred:
-        return self._in_pool(self._unregister_blocking, bookie_id)
-
-    def _unregister_blocking(self, bookie_id: str) -> None:
-        reg = self._registrations.pop(bookie_id, None)
-        if reg is None:
-            log.info("bookie %s: unregister requested but this driver did not register it", bookie_id)
-            return
-        reg.unregister()
-        log.info("bookie %s unregistered", bookie_id)
 
 
 # --- helpers -----------------------------------------------------------------------------------------

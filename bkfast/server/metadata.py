@@ -9,7 +9,9 @@ blocks on ZooKeeper: never call it on the reactor thread (the service uses the r
 
 from __future__ import annotations
 
+import abc
 import logging
+from typing import Any
 
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKMetaStoreException, MetadataError
@@ -27,7 +29,39 @@ def open_metadata_session(conf: ServerConfiguration, stats=None):
     return MetadataSession(conf, stats=stats)
 
 
-class MetadataSession:
+class _Registered(abc.ABC):
+    """The steps after the cookies, the same on every store: register once listening, follow read-only
+    changes, unregister and end the session on close. `registration` is the store's (`prepare_registration`)."""
+
+    registration: Any = None
+
+    def register(self, read_only: bool) -> None:
+        """Register (prepare_registration first), once the bookie listens."""
+        registration = self.registration
+        registration.register(read_only=read_only)
+        log.info("bookie %s registered at %s", registration.bookie_id, registration.path)
+
+    def sync_read_only(self, read_only: bool) -> None:
+        """Move the registration between the writable and the read-only list if it is on the other side."""
+        registration = self.registration
+        if registration is not None and registration.read_only != read_only:
+            registration.set_read_only(read_only)
+            log.info("bookie %s re-registered as %s", registration.bookie_id,
+                     "read-only" if read_only else "writable")
+
+    def close(self) -> None:
+        try:
+            if self.registration is not None:
+                self.registration.unregister()
+        finally:
+            self._end_session()
+
+    @abc.abstractmethod
+    def _end_session(self) -> None:
+        """Close the store's client (the registration is gone by now)."""
+
+
+class MetadataSession(_Registered):
     """One ZooKeeper session of a bookie: its cookies, its registration, and the session's end."""
 
     def __init__(self, conf: ServerConfiguration, stats=None):
@@ -74,31 +108,12 @@ class MetadataSession:
         if waited > 0.5:
             log.info("bookie %s: the earlier session's registration expired after %.1f s", bid, waited)
 
-    def register(self, read_only: bool) -> None:
-        """Register (prepare_registration first), once the bookie listens."""
-        registration = self.registration
-        registration.register(read_only=read_only)
-        log.info("bookie %s registered under %s/available%s", registration.bookie_id, self.root,
-                 "/readonly" if read_only else "")
-
-    def sync_read_only(self, read_only: bool) -> None:
-        """Move the registration between available/ and available/readonly/ if it is on the other side."""
-        registration = self.registration
-        if registration is not None and registration.read_only != read_only:
-            registration.set_read_only(read_only)
-            log.info("bookie %s re-registered as %s", registration.bookie_id,
-                     "read-only" if read_only else "writable")
-
-    def close(self) -> None:
-        try:
-            if self.registration is not None:
-                self.registration.unregister()
-        finally:
-            self.zk.stop()
-            self.zk.close()
+    def _end_session(self) -> None:
+        self.zk.stop()
+        self.zk.close()
 
 
-class EtcdMetadataSession:
+class EtcdMetadataSession(_Registered):
     """A bookie's metadata on etcd (bkfast.meta.etcd_driver, Java's etcd layout): the same steps as
     `MetadataSession`; the registration lives on a lease of zkTimeout seconds (Java's etcd bookie driver)
     instead of a ZooKeeper session. `zk` is None: there is no ZooKeeper session to share."""
@@ -144,22 +159,7 @@ class EtcdMetadataSession:
         if waited > 0.5:
             log.info("bookie %s: the earlier lease's registration expired after %.1f s", bid, waited)
 
-    def register(self, read_only: bool) -> None:
-        registration = self.registration
-        registration.register(read_only=read_only)
-
-    def sync_read_only(self, read_only: bool) -> None:
-        registration = self.registration
-        if registration is not None and registration.read_only != read_only:
-            registration.set_read_only(read_only)
-            log.info("bookie %s re-registered as %s", registration.bookie_id,
-                     "read-only" if read_only else "writable")
-
-    def close(self) -> None:
-        try:
-            if self.registration is not None:
-                self.registration.unregister()
-        finally:
-            if self.session is not None:
-                self.session.close()
-            self.kv.close()
+    def _end_session(self) -> None:
+        if self.session is not None:
+            self.session.close()
+        self.kv.close()
