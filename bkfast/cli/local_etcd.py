@@ -22,7 +22,6 @@ and up, plus anything etcd prints on stderr before its logger exists).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import shutil
@@ -40,6 +39,7 @@ from pathlib import Path
 from bkfast.errors import EtcdServerError
 
 from .local_cluster import free_port
+from .local_process import LocalServerProcess
 
 __all__ = ["EtcdServer", "EtcdServerError", "EtcdTls", "find_etcd", "etcd_health"]
 
@@ -93,7 +93,7 @@ def etcd_health(url: str, timeout: float = 1.0, context: ssl.SSLContext | None =
         return False
 
 
-class EtcdServer:
+class EtcdServer(LocalServerProcess):
     """One single-member etcd on 127.0.0.1.
 
     :param data_dir: directory for etcd's data and log; a temp dir (removed by ``stop()``) when None.
@@ -122,10 +122,6 @@ class EtcdServer:
 
     # ------------------------------------------------------------------ properties
     @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    @property
     def client_port(self) -> int | None:
         return self._client_port
 
@@ -148,16 +144,6 @@ class EtcdServer:
     @property
     def log_path(self) -> Path | None:
         return self._dir / "etcd.log" if self._dir is not None else None
-
-    def is_running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        path = self.log_path
-        if path is None or not path.exists():
-            return "(no log)"
-        text = path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:]) or "(log is empty)"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 30.0) -> "EtcdServer":
@@ -223,12 +209,6 @@ class EtcdServer:
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
-
-    def __enter__(self) -> "EtcdServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"
@@ -318,22 +298,6 @@ class EtcdServer:
             if proc is None or proc.poll() is not None:
                 raise EtcdServerError(f"etcd server is not running; cannot send {signal.Signals(sig).name}")
             os.kill(proc.pid, sig)
-
-    def _terminate(self, timeout: float = 10.0) -> None:
-        """SIGTERM (SIGKILL when ``timeout`` is 0), wait, then SIGKILL; always reaps the process."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            # Not gone in time (or gone already): SIGKILL below settles it either way.
-            with contextlib.suppress(subprocess.TimeoutExpired, ProcessLookupError):
-                if timeout > 0:
-                    proc.send_signal(signal.SIGTERM)
-                    proc.send_signal(signal.SIGCONT)     # a paused etcd only acts on SIGTERM once running
-                    proc.wait(timeout=timeout)
-            if proc.poll() is None:
-                proc.kill()
-        proc.wait()
 
     def _forget(self) -> None:
         if self._created_dir and self._dir is not None:

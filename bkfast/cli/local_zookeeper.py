@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -31,6 +30,8 @@ import time
 from pathlib import Path
 
 from bkfast.errors import ZooKeeperServerError
+
+from .local_process import LocalServerProcess
 
 __all__ = [
     "ZooKeeperServer",
@@ -135,7 +136,7 @@ def probe_session(
     return session_id, negotiated_timeout
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(LocalServerProcess):
     """One standalone ZooKeeper JVM on 127.0.0.1.
 
     :param data_dir: directory for zoo.cfg, the log and ``data/``; a temp dir (removed by ``stop()``)
@@ -180,10 +181,6 @@ class ZooKeeperServer:
 
     # ------------------------------------------------------------------ properties
     @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    @property
     def connect_string(self) -> str:
         if self.port is None:
             raise ZooKeeperServerError("ZooKeeper server is not started")
@@ -196,16 +193,6 @@ class ZooKeeperServer:
     @property
     def config_path(self) -> Path | None:
         return self.dir / "zoo.cfg" if self.dir is not None else None
-
-    def is_running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        path = self.log_path
-        if path is None or not path.exists():
-            return "(no log)"
-        text = path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:]) or "(log is empty)"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "ZooKeeperServer":
@@ -234,11 +221,11 @@ class ZooKeeperServer:
                         return self
                     except ZooKeeperServerError:
                         bind_race = "Address already in use" in self.log_tail(200)
-                        self._kill()
+                        self._terminate()
                         if not bind_race or attempt == attempts:
                             raise
             except BaseException:
-                self._kill()
+                self._terminate()
                 self._cleanup_dir()
                 atexit.unregister(self.stop)
                 self.port = None
@@ -248,15 +235,9 @@ class ZooKeeperServer:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, wait up to ``timeout`` s, then SIGKILL; reap; remove our temp dir. Idempotent."""
         with self._lock:
-            self._kill(timeout)
+            self._terminate(timeout)
             self._cleanup_dir()
             atexit.unregister(self.stop)
-
-    def __enter__(self) -> "ZooKeeperServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"
@@ -340,22 +321,6 @@ class ZooKeeperServer:
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
             time.sleep(0.1)
-
-    def _kill(self, timeout: float = 10.0) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            except ProcessLookupError:
-                pass
-        else:
-            proc.wait()
 
     def _cleanup_dir(self) -> None:
         if self._created_dir and self.dir is not None:
