@@ -72,6 +72,23 @@ def test_bookie_without_conf_and_no_zookeeper_names_the_key_conf_and_no_metadata
     assert time.monotonic() - started < 60
 
 
+def test_bookie_with_an_etcd_that_does_not_answer_is_one_line(tmp_path):
+    """metadataServiceUri=etcd://... with nothing listening: one line naming etcd, the URI and the ways out,
+    within zkTimeout (the etcd driver's call bound), and nothing written to the directories."""
+    endpoint = f"127.0.0.1:{free_port()}"            # nothing listens there
+    started = time.monotonic()
+    proc = run(*bookie_args(tmp_path, "-D", f"metadataServiceUri=etcd://{endpoint}/ledgers", "-D", "zkTimeout=2000"))
+    line = assert_one_line_error(proc, "cannot reach etcd", endpoint, "metadataServiceUri", "--no-metadata")
+    assert "did not answer within 5 s" in line, line
+    assert time.monotonic() - started < 60
+    assert _leftovers(tmp_path / "ledgers") == []
+
+
+def test_bookie_on_an_etcd_scope_that_holds_no_cluster_is_one_line(tmp_path, etcd_server):
+    proc = run(*bookie_args(tmp_path, "-D", f"metadataServiceUri=etcd://{etcd_server.endpoint}/nothing-here"))
+    assert_one_line_error(proc, "cluster not initialized", "/nothing-here/instanceid", "bkfast shell initnewcluster")
+
+
 @pytest.mark.parametrize("key", ["journalDirectory", "journalDirectories", "ledgerDirectories", "indexDirectories"])
 def test_a_dir_that_cannot_be_created_names_its_key(tmp_path, key):
     """A dir under a regular file cannot be created (the tests run as root, so permissions cannot refuse)."""

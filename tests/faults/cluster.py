@@ -191,7 +191,7 @@ class FaultCluster:
     def stop_zk(self) -> None:
         if self.zk.pid is not None:
             self.resume(self.zk.pid)
-        self.zk._kill(timeout=5.0)
+        self.zk.stop(timeout=5.0)
 
     def fill_disk(self) -> Path | None:
         """Fill the tmpfs ledger dir to the last 64 KiB; returns the filler file."""
@@ -261,7 +261,7 @@ class FaultCluster:
         if self.zk is not None:
             if self.zk.pid is not None:
                 self.resume(self.zk.pid)
-            self.zk._kill(timeout=5.0)
+            self.zk.stop(timeout=5.0)
         if self.tmpfs is not None:
             for _ in range(20):
                 if subprocess.run(["umount", str(self.tmpfs)], capture_output=True).returncode == 0:
