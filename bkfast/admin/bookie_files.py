@@ -104,8 +104,9 @@ def read_journal(conf, ref: str, with_data: bool = False) -> Iterator[dict]:
     directory, journal_id = _journal_location(conf, ref)
     for offset, record in scan_journal(directory, journal_id, skip_invalid=False):
         parsed = parse_record(record)
-        row = {"journalId": journal_id, "offset": offset, "kind": parsed.kind.value, "scopeId": parsed.scope_id,
-               "ledgerId": parsed.ledger_id, "entryId": parsed.entry_id, "length": len(record)}
+        row: dict[str, object] = {"journalId": journal_id, "offset": offset, "kind": parsed.kind.value,
+                                  "scopeId": parsed.scope_id, "ledgerId": parsed.ledger_id,
+                                  "entryId": parsed.entry_id, "length": len(record)}
         if with_data and parsed.kind is not RecordKind.FENCE:
             row["data"] = bytes(parsed.body)
         yield row
@@ -128,9 +129,10 @@ def read_entry_log(conf, ref: str, ledger: LedgerRef | None = None, entry_id: in
                 continue
             if entry_id is not None and r.entry_id != entry_id:
                 continue
-            row = {"logId": log_id, "offset": r.location & 0xFFFFFFFF, "location": r.location,
-                   "scopeId": r.scope_id, "ledgerId": r.ledger_id, "entryId": r.entry_id, "size": r.size}
-            if with_data:
+            row: dict[str, object] = {"logId": log_id, "offset": r.location & 0xFFFFFFFF, "location": r.location,
+                                      "scopeId": r.scope_id, "ledgerId": r.ledger_id, "entryId": r.entry_id,
+                                      "size": r.size}
+            if with_data and r.data is not None:           # scan_records(with_data=True) reads every body
                 row["data"] = bytes(r.data)
             yield row
     finally:

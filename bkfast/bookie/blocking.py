@@ -19,6 +19,11 @@ Callback = Callable[[BaseException | None], None]
 class BlockingCalls:
     """Mixed into the Bookie: add_entry_sync, fence_sync, set_explicit_lac_sync."""
 
+    # The Bookie's asynchronous calls: declared here, defined there.
+    add_entry: Callable[..., None]
+    fence: Callable[..., None]
+    set_explicit_lac: Callable[..., None]
+
     def _wait(self, start: Callable[[Callback], None]) -> None:
         done = threading.Event()
         outcome: list[BaseException | None] = []

@@ -10,6 +10,7 @@ thread's `sync_thread_time`.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from bkfast._stats import now_ns
@@ -112,7 +113,7 @@ def register_dir_gauges(logger: StatsLogger, dirs, disk_checker) -> None:
     full: below diskUsageThreshold, or below diskUsageLwmThreshold while the disks count as full)."""
     dirs = [os.fspath(d) for d in dirs]
     for d in dirs:
-        logger.gauge(f"dir_{d}_usage", lambda d=d: 100.0 * _usage(disk_checker, d))
+        logger.gauge(f"dir_{d}_usage", functools.partial(_usage_percent, disk_checker, d))
     logger.gauge("num_dirs", lambda: len(dirs))
     logger.gauge("writable_dirs", lambda: _writable(disk_checker, dirs))
 
@@ -121,6 +122,10 @@ def _usage(disk_checker, path: str) -> float:
     """The disk checker's last measure of the directory, or a fresh one before its first check."""
     used = disk_checker.usages.get(path)
     return used if used is not None else disk_usage(path)
+
+
+def _usage_percent(disk_checker, path: str) -> float:
+    return 100.0 * _usage(disk_checker, path)
 
 
 def _writable(disk_checker, dirs: list[str]) -> int:

@@ -260,9 +260,11 @@ class ZooKeeperServer(LocalServerProcess):
         if self.max_session_timeout is not None:
             cfg["maxSessionTimeout"] = int(self.max_session_timeout)
         cfg.update(self.extra_config)
+        assert self.config_path is not None, "start() set the directory"
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in cfg.items()))
 
     def _launch(self, java: str, classpath: str) -> None:
+        assert self.log_path is not None, "start() set the directory"
         cmd = [
             java,
             f"-Xmx{self.heap}",
@@ -293,30 +295,32 @@ class ZooKeeperServer(LocalServerProcess):
     def _wait_until_serving(self) -> None:
         deadline = time.monotonic() + self.start_timeout
         stage, last_error = "ruok", None
+        proc, port = self.proc, self.port
+        assert proc is not None and port is not None, "_launch() started it on a port"
         while True:
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 raise ZooKeeperServerError(
-                    f"ZooKeeper (pid {self.proc.pid}) exited with code {self.proc.returncode} during "
+                    f"ZooKeeper (pid {proc.pid}) exited with code {proc.returncode} during "
                     f"start-up; log {self.log_path}:\n{self.log_tail()}"
                 )
             try:
                 if stage == "ruok":
-                    if four_letter_word(self.host, self.port, "ruok") == b"imok":
+                    if four_letter_word(self.host, port, "ruok") == b"imok":
                         stage = "srvr"
                 if stage == "srvr":
-                    reply = four_letter_word(self.host, self.port, "srvr")
+                    reply = four_letter_word(self.host, port, "srvr")
                     if b"Mode:" in reply:
                         stage = "session"
                     else:
                         last_error = reply.decode(errors="replace").strip()
                 if stage == "session":
-                    probe_session(self.host, self.port)
+                    probe_session(self.host, port)
                     return
             except (OSError, ConnectionError, struct.error) as e:
                 last_error = repr(e)
             if time.monotonic() > deadline:
                 raise ZooKeeperServerError(
-                    f"ZooKeeper on {self.connect_string} (pid {self.proc.pid}) did not serve clients within "
+                    f"ZooKeeper on {self.connect_string} (pid {proc.pid}) did not serve clients within "
                     f"{self.start_timeout:.0f} s (stage {stage}, last error {last_error}); "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )

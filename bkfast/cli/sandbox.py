@@ -29,12 +29,19 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from bkfast.errors import BKError, ConfigurationError, MetadataError
 
 from .local_cluster import LocalBookie, free_port, start_bookies
+
+if TYPE_CHECKING:
+    from bkfast.meta.driver import MetadataDriver
+
+    from .local_etcd import EtcdServer
+    from .local_zookeeper import ZooKeeperServer
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +70,10 @@ class Sandbox:
         self.num_bookies = bookies
         self.start_zk = zk
         self.zk_connect = zk_connect
-        self.zk_server = None
+        self.zk_server: ZooKeeperServer | None = None
         self.start_etcd = etcd
-        self.etcd_server = None
-        self.driver = None
+        self.etcd_server: EtcdServer | None = None
+        self.driver: MetadataDriver | None = None
         self.bookies: list[LocalBookie] = []
         self.metadata_uri = ""
         self._lock_fd: int | None = None
@@ -202,8 +209,8 @@ class Sandbox:
         # The bookies register themselves in a shared store; the embedded one is this process's alone.
         shared_uri = None if self.metadata_uri.startswith("embedded") else self.metadata_uri
         start_reactor_thread()
-        self.driver = open_metadata_driver(self.metadata_uri)
-        call(self.driver.start, timeout=60)
+        driver = self.driver = open_metadata_driver(self.metadata_uri)
+        call(driver.start, timeout=60)
 
         if self.tls:
             self.bookie_conf, self.client_conf = make_sandbox_pki(self.data_dir / "tls")
@@ -222,15 +229,16 @@ class Sandbox:
             from bkfast.meta.registration import bookie_service_info
 
             for bookie in self.bookies:
-                info = bookie_service_info(bookie.host, bookie.port, extensions=("tls",) if self.tls else ())
-                call(self.driver.register_bookie, bookie.bookie_id, info, timeout=30)
+                service = bookie_service_info(bookie.host, bookie.port, extensions=("tls",) if self.tls else ())
+                call(driver.register_bookie, bookie.bookie_id, service, timeout=30)
         deadline = time.monotonic() + 60
-        while len(call(self.driver.get_bookies, False, timeout=30)) < self.num_bookies:
+        while len(call(driver.get_bookies, False, timeout=30)) < self.num_bookies:
             if time.monotonic() > deadline:
                 raise click.ClickException("bookies did not register within 60 s")
             time.sleep(0.2)
-        info = {"pid": os.getpid(), "metadata_uri": self.metadata_uri, "bookies": [b.bookie_id for b in self.bookies],
-                "pids": {b.bookie_id: b.pid for b in self.bookies}, "data_dir": str(self.data_dir)}
+        info: dict[str, object] = {
+            "pid": os.getpid(), "metadata_uri": self.metadata_uri, "bookies": [b.bookie_id for b in self.bookies],
+            "pids": {b.bookie_id: b.pid for b in self.bookies}, "data_dir": str(self.data_dir)}
         if self.zk_server is not None:
             info["zookeeper_pid"] = self.zk_server.pid
             info["zookeeper_port"] = self.zk_server.port
@@ -395,7 +403,8 @@ def sandbox(num_bookies, data_dir, start_zk, zk_connect, start_etcd, demo, demo_
         data_dir = Path(tempfile.mkdtemp(prefix="bkfast-sandbox-"))
     cluster = Sandbox(data_dir, num_bookies, start_zk, zk_connect, tls=tls, etcd=start_etcd)
     signal.signal(signal.SIGTERM, _raise_stop)
-    error = failure = None
+    error: str | None = None
+    failure: BaseException | None = None
     try:
         cluster.start()
         click.echo(f"sandbox ready: metadata {cluster.metadata_uri}")

@@ -115,10 +115,11 @@ def listbookies(target, readwrite, readonly, as_json):
 
 
 def _size(n: int) -> str:
+    scaled = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
+        if scaled < 1024 or unit == "TiB":
+            return f"{scaled:.1f} {unit}" if unit != "B" else f"{n} B"
+        scaled /= 1024
     return str(n)
 
 

@@ -369,7 +369,7 @@ class RocksStore:
         with self._lock:
             db, self._db = self._db, None
             retired, self._retired = self._retired, []
-        errors = []
+        errors: list[Exception] = []
         for handle in (db, *retired):
             if handle is not None:
                 try:
@@ -542,8 +542,9 @@ class LocationIndex(ScopedStorePair):
         _write_chunks(self._plain, batch.plain)
         if batch.scoped is not None:
             chunks = [wb for wb in batch.scoped if wb.len()]
-            if chunks:
-                _write_chunks(self._store(1, create=True), chunks)
+            store = self._store(1, create=True)
+            if chunks and store is not None:          # create=True: there is one
+                _write_chunks(store, chunks)
 
     def last_entry(self, scope_id: int, ledger_id: int) -> tuple[int, int] | None:
         """(entry_id, location) of the ledger's highest indexed entry: floor of (ledger, Long.MAX)."""

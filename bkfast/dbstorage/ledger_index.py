@@ -19,6 +19,7 @@ stalled every connection for a RocksDB WAL fsync, issue 26).
 
 from __future__ import annotations
 
+import builtins
 import struct
 import threading
 from pathlib import Path
@@ -61,8 +62,7 @@ class LedgerMetadataIndex(ScopedStorePair):
             LedgerData.FromString(value)        # a record that does not parse fails the open, as before
             self._ledgers[_LONG.unpack(key)[0]] = value
         if (self._dir / LEDGERS128).is_dir():
-            self._open_scoped()
-            for key, value in self._scoped.items():
+            for key, value in self._open_scoped().items():
                 if len(key) != 16:
                     continue
                 scope_id, ledger_id = _KEY128.unpack(key)
@@ -135,7 +135,7 @@ class LedgerMetadataIndex(ScopedStorePair):
             return sorted(k for k in keys if k >> 64 == 0)
         return sorted(ledger for scope, ledger in map(split_key, keys) if scope == scope_id)
 
-    def keys(self) -> list[tuple[int, int]]:
+    def keys(self) -> builtins.list[tuple[int, int]]:       # builtins: `list` here is the method above
         """(scope_id, ledger_id) of every ledger, in (scope, ledger) order."""
         return [split_key(k) for k in sorted(self._ledgers)]
 

@@ -191,8 +191,8 @@ class BookieMetrics:
         # Cached children: the hot paths never look a status up.
         self._add_ok = self.add_total.child("OK")
         self._read_ok = self.read_total.child("OK")
-        self._add_failed: dict[type, object] = {}
-        self._read_failed: dict[type, object] = {}
+        self._add_failed: dict[type, StatCounter] = {}
+        self._read_failed: dict[type, StatCounter] = {}
         self._add_latency_observe = self.add_latency.observe
         self._read_latency_observe = self.read_latency.observe
         self.journal_sync_observe = self.journal_sync_latency.observe

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.internet import defer, threads
+from twisted.internet.interfaces import IProtocolFactory
 from twisted.web import resource, server
 
 from bkfast.errors import AdminBusyError
@@ -237,12 +238,13 @@ def build_site(ctx: AdminContext, security=None) -> server.Site:
 
     root = resource.Resource()
     root.putChild(b"heartbeat", HeartbeatResource(ctx))
-    if ctx.metrics is not None:
+    metrics = ctx.metrics
+    if metrics is not None:
         # A gate of its own: a flood of heavy admin GETs must not starve Prometheus' scrapes, and a flood
         # of scrapes must not take the reactor (an exposition costs ~1-2 ms of Python).
         gate = AdmissionGate(reactor, concurrency=1, max_queued=16, busy_share=0.05)
         reactor.addSystemEventTrigger("before", "shutdown", gate.stop)
-        render = ctx.render_metrics or (lambda: generate_latest(ctx.metrics.registry).decode())
+        render = ctx.render_metrics or (lambda: generate_latest(metrics.registry).decode())
         root.putChild(b"metrics", MetricsResource(render, gate))
     api = resource.Resource()
     v1 = resource.Resource()
@@ -272,7 +274,8 @@ def start_http_server(reactor, conf, ctx: AdminContext, sock=None):
     if not security.required and interface not in ("127.0.0.1", "localhost", "::1"):
         log.warning("admin HTTP API on %s: its mutating endpoints are open to anyone who can reach it; set "
                     "httpServerAuthTokenFile (and/or httpServerTlsEnable with httpServerTrustStorePath)", interface)
-    factory = site = build_site(ctx, security)
+    site = build_site(ctx, security)
+    factory: IProtocolFactory = site
     tls = conf.get("httpServerTlsEnable")
     if sock is not None:
         if tls:

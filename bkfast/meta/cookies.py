@@ -434,7 +434,7 @@ def check_cookies(store: CookieStore, conf, bookie_id: str) -> Cookie:
         _write_cookie_files(dirs, expected, local)
         store.write(bookie_id, expected)
         return expected
-    if stored is None and not missing and all(local[d].instance_id is None for d in have):
+    if stored is None and not missing and all(c.instance_id is None for c in local.values() if c is not None):
         # Written by this bookie without a metadata service: adopt them if the directories still match.
         _refuse_changed_dirs(bookie_id, {_version_path(d): local[d] for d in dirs}, expected)
         _write_cookie_files(dirs, expected, local)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import abc
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKMetaStoreException, MetadataError
+
+if TYPE_CHECKING:
+    from bkfast.meta.etcd_session import EtcdSession
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +140,7 @@ class EtcdMetadataSession(_Registered):
             raise MetadataError(f"cannot reach etcd at {self.kv.describe()} (metadataServiceUri {uri}): {e}; start "
                                 "it, or give the bookie its configuration (--conf bk_server.conf, or -D "
                                 "metadataServiceUri=...); --no-metadata serves without one") from None
-        self.session = None
+        self.session: EtcdSession | None = None
         self.registration = None
 
     def check_cookies(self, bid: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -24,7 +24,7 @@ def _now() -> datetime.datetime:
 
 @dataclass
 class Issued:
-    key: object
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     cert: x509.Certificate
     chain: list
 
@@ -97,7 +97,7 @@ class CertificateAuthority:
                    .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                          ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
         if hosts:
-            names = []
+            names: list[x509.GeneralName] = []
             for h in hosts:
                 try:
                     names.append(x509.IPAddress(ipaddress.ip_address(h)))
