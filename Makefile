@@ -45,8 +45,10 @@ PURE_CODEC_TESTS := tests/codec/test_codec_facade.py tests/codec/test_codec_erro
 typecheck: install-test
 	$(PY) -m mypy
 
+# Two workers (pytest-xdist), each taking whole test files: a file's module-scoped cluster starts once, and
+# most tests spend their time waiting on bookie processes, so two share the 2 cores of CI well.
 test: install-test system-deps typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 	BKFAST_PURE_CODEC=1 $(PY) -m pytest -q $(PURE_CODEC_TESTS)
 
 # The inner loop: everything but the crash tests, the fault campaigns, the Spark tests and the tests
