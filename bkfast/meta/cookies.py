@@ -27,7 +27,8 @@ __all__ = [
     "Cookie", "CookieError", "CookieMismatchError", "COOKIE_LAYOUT_VERSION", "VERSION_FILENAME",
     "cookie_for_conf", "encode_dirs", "decode_dirs", "read_cookie_file", "write_cookie_file",
     "read_zk_cookie", "write_zk_cookie", "delete_zk_cookie", "check_or_create_cookies", "format_bookie",
-    "bookie_dirs", "check_local_cookies", "CookieStore", "ZkCookieStore", "check_cookies", "format_bookie_in",
+    "bookie_dirs", "BookieDirs", "check_local_cookies", "CookieStore", "ZkCookieStore", "check_cookies",
+    "format_bookie_in",
 ]
 
 COOKIE_LAYOUT_VERSION = 5
@@ -222,27 +223,33 @@ def _journal_dir_change(stored, configured) -> str:
 
 # -- configuration ---------------------------------------------------------------------------------------
 
-def _journal_dirs(conf) -> list[str]:
-    return list(conf.get("journalDirectories"))
+@dataclass(frozen=True)
+class BookieDirs:
+    """The directories a cookie lists: journal, ledger, and index dirs (None when indexDirectories is not set:
+    the index lives in the ledger dirs, and the cookie says nothing of it, as Java's)."""
+
+    journal: tuple[str, ...]
+    ledger: tuple[str, ...]
+    index: tuple[str, ...] | None
+
+    @classmethod
+    def from_conf(cls, conf) -> BookieDirs:
+        index = tuple(conf.get("indexDirectories")) if conf.is_set("indexDirectories") else None
+        return cls(tuple(conf.get("journalDirectories")), tuple(conf.get("ledgerDirectories")), index)
+
+    def all(self) -> list[str]:
+        """Every directory that holds a cookie: journal, ledger, then index dirs, no repeats."""
+        return list(dict.fromkeys((*self.journal, *self.ledger, *(self.index or ()))))
 
 
 def bookie_dirs(conf) -> list[str]:
-    """Every directory that holds a cookie: journal, ledger, then (explicitly set) index dirs, no repeats."""
-    dirs = _journal_dirs(conf) + list(conf.get("ledgerDirectories"))
-    if conf.is_set("indexDirectories"):
-        dirs += list(conf.get("indexDirectories"))
-    seen, out = set(), []
-    for d in dirs:
-        if d not in seen:
-            seen.add(d)
-            out.append(d)
-    return out
+    """Every directory of the configuration that holds a cookie (`BookieDirs.all`)."""
+    return BookieDirs.from_conf(conf).all()
 
 
 def cookie_for_conf(conf, bookie_id: str, instance_id: str | None) -> Cookie:
-    index = tuple(conf.get("indexDirectories")) if conf.is_set("indexDirectories") else None
-    return Cookie(bookie_id, tuple(_journal_dirs(conf)), tuple(conf.get("ledgerDirectories")),
-                  instance_id, index)
+    dirs = BookieDirs.from_conf(conf)
+    return Cookie(bookie_id, dirs.journal, dirs.ledger, instance_id, dirs.index)
 
 
 # -- files -----------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import defer
@@ -62,7 +63,7 @@ from .ledger_metadata import LedgerMetadata, LedgerMetadataFormatError, parse_me
 from .pooled_driver import PooledDriver
 from .registration import bookie_info_from_data
 
-__all__ = ["EtcdMetadataDriver", "etcd_client_from_conf"]
+__all__ = ["EtcdMetadataDriver", "EtcdSettings", "etcd_client_from_conf"]
 
 reactor: Any = global_reactor
 log = logging.getLogger(__name__)
@@ -73,18 +74,38 @@ MAX_TXN_OPS = 128
 ID_BATCH = 16
 
 
+@dataclass(frozen=True)
+class EtcdSettings:
+    """What the etcd client takes from the configuration (docs/etcd.md): the call bound (zkTimeout), TLS files
+    and etcd's user authentication."""
+
+    timeout_s: float = 10.0
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def from_conf(cls, conf) -> EtcdSettings:
+        if conf is None:
+            return cls()
+        return cls(conf.zk_timeout_ms / 1000.0, conf.etcd_tls_ca_file, conf.etcd_tls_cert_file,
+                   conf.etcd_tls_key_file, conf.etcd_user, conf.etcd_password)
+
+    def client(self, uri: str, timeout_s: float | None = None) -> EtcdKV:
+        """The EtcdKV of an etcd metadata service URI (https when the URI or a CA file says so)."""
+        parsed = parse_etcd_uri(uri)
+        protocol = "https" if self.ca_file or parsed.protocol == "https" else "http"
+        return EtcdKV(list(parsed.endpoints), protocol=protocol, ca_cert=self.ca_file, cert_file=self.cert_file,
+                      key_file=self.key_file, user=self.user, password=self.password,
+                      timeout_s=timeout_s if timeout_s is not None else self.timeout_s)
+
+
 def etcd_client_from_conf(uri: str, conf=None, timeout_s: float | None = None) -> EtcdKV:
     """The EtcdKV of an etcd metadata service URI; TLS and user/password from the conf (`etcdTlsCaFile`,
     `etcdTlsCertFile`, `etcdTlsKeyFile`, `etcdUser`, `etcdPassword`), the timeout from zkTimeout."""
-    parsed = parse_etcd_uri(uri)
-    if timeout_s is None:
-        timeout_s = conf.zk_timeout_ms / 1000.0 if conf is not None else 10.0
-    ca = conf.etcd_tls_ca_file if conf is not None else None
-    return EtcdKV(list(parsed.endpoints), protocol="https" if ca or parsed.protocol == "https" else "http",
-                  ca_cert=ca, cert_file=conf.etcd_tls_cert_file if conf is not None else None,
-                  key_file=conf.etcd_tls_key_file if conf is not None else None,
-                  user=conf.etcd_user if conf is not None else None,
-                  password=conf.etcd_password if conf is not None else None, timeout_s=timeout_s)
+    return EtcdSettings.from_conf(conf).client(uri, timeout_s)
 
 
 class EtcdMetadataDriver(EtcdStreamStore, PooledDriver, MetadataDriver):
@@ -96,9 +117,9 @@ class EtcdMetadataDriver(EtcdStreamStore, PooledDriver, MetadataDriver):
         self.uri = uri
         self.scope = parse_etcd_uri(uri).scope
         self.keys = EtcdKeys(self.scope)
-        self._conf = conf
+        self._settings = settings = EtcdSettings.from_conf(conf)
         if zk_timeout_s is None and conf is not None:
-            zk_timeout_s = conf.zk_timeout_ms / 1000.0
+            zk_timeout_s = settings.timeout_s
         self.operation_timeout_s = operation_timeout_s or zk_timeout_s
         self.lease_ttl_s = int(lease_ttl_s or zk_timeout_s or 10)
         self.kv: EtcdKV | None = None
@@ -123,7 +144,7 @@ class EtcdMetadataDriver(EtcdStreamStore, PooledDriver, MetadataDriver):
 
     # --- lifecycle --------------------------------------------------------------------------------------
     def _start_blocking(self) -> None:
-        self.kv = etcd_client_from_conf(self.uri, self._conf, self.operation_timeout_s)
+        self.kv = self._settings.client(self.uri, self.operation_timeout_s)
         layout = self.kv.get(self.keys.layout)
         if layout is None:
             raise MetadataError(f"no layout at {self.keys.layout.decode()}: cluster not initialized (run `bkfast "
