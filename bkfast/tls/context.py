@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 from OpenSSL import SSL, crypto
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLServerConnectionCreator
@@ -87,27 +88,42 @@ def _read(path: str, what: str) -> bytes:
         raise ConfigurationError(f"{what}: cannot read {path}: {err.strerror}") from None
 
 
+@dataclass(frozen=True)
 class TLSSettings:
     """The TLS keys of one side, resolved (client deprecated overrides included)."""
 
-    def __init__(self, conf, server: bool):
+    server: bool
+    client_auth: bool
+    key_type: str | None
+    key_store: str | None
+    key_password_path: str | None
+    cert_path: str | None
+    trust_type: str | None
+    trust_store: str | None
+    trust_password_path: str | None
+    ciphers: list[str]
+    protocols: list[str]
+    refresh_s: int
+    verify_hostname: bool
+
+    @classmethod
+    def from_conf(cls, conf, server: bool) -> TLSSettings:
         def pick(new: str, old: str):
             value = None if server else conf.get(old)
             return value if value else conf.get(new)
 
-        self.server = server
-        self.client_auth = conf.get("tlsClientAuthentication")
-        self.key_type = pick("tlsKeyStoreType", "clientKeyStoreType")
-        self.key_store = pick("tlsKeyStore", "clientKeyStore")
-        self.key_password_path = pick("tlsKeyStorePasswordPath", "clientKeyStorePasswordPath")
-        self.cert_path = conf.get("tlsCertificatePath")
-        self.trust_type = pick("tlsTrustStoreType", "clientTrustStoreType")
-        self.trust_store = pick("tlsTrustStore", "clientTrustStore")
-        self.trust_password_path = pick("tlsTrustStorePasswordPath", "clientTrustStorePasswordPath")
-        self.ciphers = conf.get("tlsEnabledCipherSuites") or list(JAVA_DEFAULT_CIPHER_SUITES)
-        self.protocols = conf.get("tlsEnabledProtocols") or list(JAVA_DEFAULT_PROTOCOLS)
-        self.refresh_s = conf.get("tlsCertFilesRefreshDurationSeconds")
-        self.verify_hostname = (not server) and conf.get("tlsHostnameVerificationEnabled")
+        return cls(server=server, client_auth=conf.get("tlsClientAuthentication"),
+                   key_type=pick("tlsKeyStoreType", "clientKeyStoreType"),
+                   key_store=pick("tlsKeyStore", "clientKeyStore"),
+                   key_password_path=pick("tlsKeyStorePasswordPath", "clientKeyStorePasswordPath"),
+                   cert_path=conf.get("tlsCertificatePath"),
+                   trust_type=pick("tlsTrustStoreType", "clientTrustStoreType"),
+                   trust_store=pick("tlsTrustStore", "clientTrustStore"),
+                   trust_password_path=pick("tlsTrustStorePasswordPath", "clientTrustStorePasswordPath"),
+                   ciphers=conf.get("tlsEnabledCipherSuites") or list(JAVA_DEFAULT_CIPHER_SUITES),
+                   protocols=conf.get("tlsEnabledProtocols") or list(JAVA_DEFAULT_PROTOCOLS),
+                   refresh_s=conf.get("tlsCertFilesRefreshDurationSeconds"),
+                   verify_hostname=(not server) and bool(conf.get("tlsHostnameVerificationEnabled")))
 
     def files(self) -> list[str]:
         return [p for p in (self.key_store, self.key_password_path, self.cert_path, self.trust_store,
@@ -299,7 +315,7 @@ class ServerTLS(_Refreshing):
     """The bookie's side: `startTLS(ServerTLS(...))` on a START_TLS request."""
 
     def __init__(self, conf, clock=time.monotonic):
-        super().__init__(TLSSettings(conf, server=True), clock)
+        super().__init__(TLSSettings.from_conf(conf, server=True), clock)
 
     def serverConnectionForTLS(self, tls_protocol):
         return SSL.Connection(self.current(), None)
@@ -310,7 +326,7 @@ class ClientTLS(_Refreshing):
     """A client's side; `for_host(host)` gives the creator for one connection."""
 
     def __init__(self, conf, clock=time.monotonic):
-        super().__init__(TLSSettings(conf, server=False), clock)
+        super().__init__(TLSSettings.from_conf(conf, server=False), clock)
 
     def clientConnectionForTLS(self, tls_protocol):
         conn = SSL.Connection(self.current(), None)
