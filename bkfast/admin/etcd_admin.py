@@ -17,8 +17,8 @@ from bkfast.meta.registration import bookie_info_from_data
 
 from .common import AdminError
 
-__all__ = ["is_etcd_uri", "etcd_session_of", "require_etcd_cluster", "init_cluster", "format_cluster",
-           "nuke_cluster", "instance_id", "list_bookies", "cluster_info", "replication_of"]
+__all__ = ["is_etcd_uri", "etcd_session_of", "require_etcd_cluster", "check_etcd_cluster", "init_cluster",
+           "format_cluster", "nuke_cluster", "instance_id", "list_bookies", "cluster_info", "replication_of"]
 
 
 def is_etcd_uri(uri: str) -> bool:
@@ -52,6 +52,12 @@ def require_etcd_cluster(kv: EtcdKV, scope: str) -> None:
         check_etcd_layout(layout.value, EtcdKeys(scope).layout.decode())
     except BKMetaStoreException as err:
         raise AdminError(str(err)) from None
+
+
+def check_etcd_cluster(uri: str, conf=None, timeout_s: float = 10.0) -> None:
+    """AdminError unless etcd answers and the URI's scope holds a cluster (one line, before a client's retries)."""
+    with etcd_session_of(uri, conf, timeout_s) as (kv, scope):
+        require_etcd_cluster(kv, scope)
 
 
 def init_cluster(kv: EtcdKV, scope: str) -> dict:

@@ -270,8 +270,9 @@ def client_of(target: Target, timeout_s: float = 60.0, **settings) -> Iterator:
     if target.metadata_uri.lower().startswith("embedded:"):
         zk_target(target.metadata_uri)           # the one-line refusal: embedded metadata serves one process
     if is_etcd(target):
-        with etcd_of(target):
-            pass                                 # reachable and a cluster: checked, nothing else to do
+        from bkfast.admin.etcd_admin import check_etcd_cluster
+
+        check_etcd_cluster(target.metadata_uri, target.conf, target.zk_timeout_s)
     if target.metadata_uri.lower().startswith(("zk:", "zk+")):
         # Fail in one line before the client's retries: the store must be reachable and hold a cluster.
         hosts, root, _layout = zk_target(target.metadata_uri)
