@@ -59,7 +59,7 @@ class _WritePhase:
         self.latencies: list[float] = []
         self.in_flight = self.ok = self.errors = self.issued = 0
         self.error: str | None = None
-        self.done = defer.Deferred()
+        self.done: defer.Deferred[None] = defer.Deferred()
         self.started = time.perf_counter()
         self.deadline = self.started + duration
 
@@ -94,6 +94,7 @@ class _WritePhase:
         if now >= self.deadline or self.error:
             self.maybe_done()
             return
+        assert self.rate is not None, "tick() runs only with a rate"
         interval = 1.0 / self.rate
         due = int((now - self.started) / interval) + 1
         while self.issued < due and self.in_flight < self.outstanding:
@@ -106,7 +107,7 @@ class _WritePhase:
 
     def result(self, elapsed: float, cpu: float) -> dict:
         ok, size = self.ok, len(self.payload)
-        result = {"adds": ok, "errors": self.errors, "duration_s": round(elapsed, 3),
+        result: dict[str, object] = {"adds": ok, "errors": self.errors, "duration_s": round(elapsed, 3),
                   "client_cpu_us_per_add": round(cpu / ok * 1e6, 2) if ok else None,
                   "adds_per_s": round(ok / elapsed, 1), "mb_per_s": round(ok * size / elapsed / 1e6, 2)}
         if self.error:

@@ -81,17 +81,19 @@ class LocalBookie:
     def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> LocalBookie:
         deadline = time.monotonic() + timeout_s
         line = b""
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None, "launch() started it with a stdout pipe"
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            ready, _, _ = select.select([proc.stdout], [], [], 0.2)
             if ready:
-                line = self.proc.stdout.readline()
+                line = proc.stdout.readline()
                 if line.startswith(b"bookie listening on "):
                     # port 0 lets the bookie choose (--no-metadata only: a registered id names its port)
                     self.port = int(line.strip().rsplit(b":", 1)[1])
                     return self
                 if not line:
                     break
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 break
         self.kill()
         raise RuntimeError(f"bookie {self.bookie_id} did not start ({line!r}); log: {self.log_path}\n"

@@ -77,16 +77,19 @@ class AdminRequest(server.Request):
 
     def _refuse_early(self, status: int, message: str) -> None:
         self.refused = True
-        self.content = io.BytesIO()
+        # Twisted declares Request.content as None at class level and sets a file per request.
+        self.content = io.BytesIO()  # type: ignore[assignment]
         body = (json.dumps({"error": message}) + "\n").encode()
-        peer = self.channel.transport.getPeer()
+        transport = self.channel.transport
+        assert transport is not None, "a request being received has its connection"
+        peer = transport.getPeer()
         log.warning("admin API: refused a request body from %s:%s before reading it (%d): %s",
                     getattr(peer, "host", "?"), getattr(peer, "port", "?"), status, message)
         head = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n" \
                % (status, _REASONS[status], len(body))
         if status == 401:
             head += b'WWW-Authenticate: Bearer realm="bkfast admin"\r\n'
-        self.channel.transport.write(head + b"\r\n" + body)
+        transport.write(head + b"\r\n" + body)
         self.channel.loseConnection()
 
 
@@ -143,7 +146,7 @@ class AdmissionGate:
         if len(self.waiting) >= self.max_queued and self.running >= self.concurrency:
             self.refused += 1
             raise AdminBusyError(f"{self.running} admin requests running and {len(self.waiting)} waiting")
-        d = defer.Deferred()
+        d: defer.Deferred[None] = defer.Deferred()
         if ahead:
             position = next((i for i, item in enumerate(self.waiting) if not item[3]), len(self.waiting))
             self.waiting.insert(position, (d, fn, args, True))
