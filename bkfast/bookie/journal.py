@@ -45,6 +45,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from bkfast import _journal
 from bkfast._journal import (  # noqa: F401  (re-exported: the record layouts live with the hot path)
@@ -100,6 +101,35 @@ class _Failed(Exception):
     """Unwinds the journal thread after a fail-stop (the tokens were already handed to error_sink)."""
 
 
+@dataclass(frozen=True)
+class JournalSettings:
+    """The journal keys (BookKeeper's names in `from_conf`), read once at the edge."""
+
+    format_version: int
+    alignment_size: int
+    pre_alloc_size_mb: int
+    max_size_mb: int
+    max_backups: int
+    max_group_wait_ms: float
+    flush_when_queue_empty: bool
+    buffered_writes_threshold: int
+    queue_size: int
+    buffered_entries_threshold: int
+    sync_data: bool
+    page_cache_flush_interval_ms: float
+    remove_from_page_cache: bool
+    direct_writes: bool
+
+    @classmethod
+    def from_conf(cls, conf) -> JournalSettings:
+        return cls(conf.journal_format_version_to_write, conf.journal_alignment_size, conf.journal_pre_alloc_size_mb,
+                   conf.journal_max_size_mb, conf.journal_max_backups, conf.journal_max_group_wait_ms,
+                   conf.journal_flush_when_queue_empty, conf.journal_buffered_writes_threshold,
+                   conf.journal_queue_size, conf.journal_buffered_entries_threshold, conf.journal_sync_data,
+                   conf.journal_page_cache_flush_interval_ms, conf.journal_remove_from_page_cache,
+                   conf.journal_direct_writes)
+
+
 class Journal:
     """One journal directory's writer thread. See the module docstring for group commit and errors.
 
@@ -117,24 +147,25 @@ class Journal:
         self._completion_sink = completion_sink
         self._error_sink = error_sink
         self._enqueue_timeout = enqueue_timeout_s
-        self._version = conf.journal_format_version_to_write
-        self._align = conf.journal_alignment_size
+        settings = conf if isinstance(conf, JournalSettings) else JournalSettings.from_conf(conf)
+        self._version = settings.format_version
+        self._align = settings.alignment_size
         # journalPreAllocSizeMB, rounded down to whole alignment blocks (JournalChannel).
-        self._prealloc_step = max(self._align, conf.journal_pre_alloc_size_mb * _MiB // self._align * self._align)
-        self._max_size = conf.journal_max_size_mb * _MiB
-        self._max_backups = conf.journal_max_backups
-        self._max_wait = conf.journal_max_group_wait_ms / 1000.0
-        self._flush_when_empty = conf.journal_flush_when_queue_empty
-        self._bytes_threshold = conf.journal_buffered_writes_threshold
-        self._queue_size = conf.journal_queue_size
-        entries = conf.journal_buffered_entries_threshold
+        self._prealloc_step = max(self._align, settings.pre_alloc_size_mb * _MiB // self._align * self._align)
+        self._max_size = settings.max_size_mb * _MiB
+        self._max_backups = settings.max_backups
+        self._max_wait = settings.max_group_wait_ms / 1000.0
+        self._flush_when_empty = settings.flush_when_queue_empty
+        self._bytes_threshold = settings.buffered_writes_threshold
+        self._queue_size = settings.queue_size
+        entries = settings.buffered_entries_threshold
         # A batch closes at this many records: "more than journalBufferedEntriesThreshold", or a full queue.
         self._close_count = min(self._queue_size, entries + 1) if entries > 0 else self._queue_size
-        self._sync_data = conf.journal_sync_data
-        self._page_flush_interval = conf.journal_page_cache_flush_interval_ms / 1000.0
-        self._drop_cache_lag = CACHE_DROP_LAG_BYTES if conf.journal_remove_from_page_cache else -1
+        self._sync_data = settings.sync_data
+        self._page_flush_interval = settings.page_cache_flush_interval_ms / 1000.0
+        self._drop_cache_lag = CACHE_DROP_LAG_BYTES if settings.remove_from_page_cache else -1
         # Direct writes need every batch to end aligned: only the V5+ formats pad.
-        self._direct = conf.journal_direct_writes and self._version >= V5
+        self._direct = settings.direct_writes and self._version >= V5
 
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)     # the journal thread waits here

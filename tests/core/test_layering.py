@@ -336,8 +336,9 @@ def test_http_never_builds_what_it_serves():
 TYPED_SETTINGS_MODULES = [
     "storage/entrylogger.py", "net/server.py", "net/request_stats.py", "bookie/bookie.py", "bookie/compaction.py",
     "bookie/disk_checker.py", "bookie/gc.py", "bookie/gc_stats.py", "bookie/read_only.py", "bookie/settings.py",
-    "bookie/stats.py", "bookie/storage_full.py", "meta/cookies.py", "meta/etcd_driver.py", "meta/etcd_kv.py",
-    "meta/etcd_http.py", "meta/etcd_session.py", "meta/etcd_registration.py", "meta/etcd_underreplication.py",
+    "bookie/stats.py", "bookie/storage_full.py", "bookie/journal.py", "meta/cookies.py", "meta/etcd_driver.py",
+    "meta/etcd_kv.py", "meta/etcd_http.py", "meta/etcd_session.py", "meta/etcd_registration.py",
+    "meta/etcd_underreplication.py",
 ]
 _CONF_NAMES = frozenset({"conf", "config", "configuration", "_conf"})
 
