@@ -36,6 +36,7 @@ from bkfast.ids import LedgerId
 
 from .driver import BookieInfo, Cancel, MetadataDriver, Versioned
 from .etcd_kv import (
+    MAX_TXN_OPS,
     EtcdKV,
     EtcdWatch,
     KeyValue,
@@ -68,8 +69,6 @@ __all__ = ["EtcdMetadataDriver", "EtcdSettings", "etcd_client_from_conf"]
 reactor: Any = global_reactor
 log = logging.getLogger(__name__)
 
-# etcd refuses a transaction of more than --max-txn-ops (128 by default) operations.
-MAX_TXN_OPS = 128
 # Ledger ids taken per round trip (2 operations each): unused ones are gaps, as a failed create leaves in Java.
 ID_BATCH = 16
 
@@ -224,10 +223,7 @@ class EtcdMetadataDriver(EtcdStreamStore, PooledDriver, MetadataDriver):
         found: dict[LedgerId, KeyValue] = {}
         for start in range(0, len(ledgers), MAX_TXN_OPS):
             batch = ledgers[start:start + MAX_TXN_OPS]
-            reads = [op_get(self.keys.ledger(ledger)) for ledger in batch]
-            if keys_only:
-                for read in reads:
-                    read["request_range"]["keys_only"] = True
+            reads = [op_get(self.keys.ledger(ledger), keys_only=keys_only) for ledger in batch]
             result = self._kv().txn([], reads, what=f"read {len(batch)} ledgers")
             for ledger, kvs in zip(batch, result.ranges(), strict=True):
                 if kvs:

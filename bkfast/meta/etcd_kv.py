@@ -30,9 +30,13 @@ from bkfast.threads import start_thread
 from .etcd_http import EtcdEndpoint, EtcdRefused, EtcdUnavailable, tls_context
 
 __all__ = ["EtcdKV", "KeyValue", "WatchEvent", "EtcdWatch", "TxnResult", "range_end_of_prefix", "EtcdRefused",
-           "EtcdUnavailable"]
+           "EtcdUnavailable", "MAX_TXN_OPS"]
 
 log = logging.getLogger(__name__)
+
+
+# etcd refuses a transaction of more than --max-txn-ops (128 by default) operations.
+MAX_TXN_OPS = 128
 
 
 def _b64(data: bytes) -> str:
@@ -127,10 +131,12 @@ def op_put(key: bytes, value: bytes, lease: int = 0) -> dict:
     return {"request_put": put}
 
 
-def op_get(key: bytes, end: bytes | None = None) -> dict:
-    rng = {"key": _b64(key)}
+def op_get(key: bytes, end: bytes | None = None, keys_only: bool = False) -> dict:
+    rng: dict[str, Any] = {"key": _b64(key)}
     if end is not None:
         rng["range_end"] = _b64(end)
+    if keys_only:
+        rng["keys_only"] = True
     return {"request_range": rng}
 
 

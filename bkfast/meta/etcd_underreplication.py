@@ -41,6 +41,7 @@ from google.protobuf import text_format
 from bkfast.proto import DataFormats_pb2 as df
 
 from .etcd_kv import (
+    MAX_TXN_OPS,
     EtcdKV,
     EtcdWatch,
     KeyValue,
@@ -74,11 +75,10 @@ from .zk_underreplication import (
     parse_vote,
 )
 
-__all__ = ["EtcdUnderReplicationManager", "EtcdAuditorElection", "MAX_TXN_OPS"]
+__all__ = ["EtcdUnderReplicationManager", "EtcdAuditorElection"]
 
 log = logging.getLogger(__name__)
 
-MAX_TXN_OPS = 128          # etcd's default --max-txn-ops: a larger transaction is refused
 ELECTION = "auditorelection"
 
 
