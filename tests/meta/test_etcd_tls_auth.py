@@ -51,7 +51,13 @@ def _conf(**keys) -> ServerConfiguration:
     return conf
 
 
-def _round_trip(uri: str, conf: ServerConfiguration) -> None:
+def _init_and_round_trip(uri: str, conf: ServerConfiguration, scope: str) -> None:
+    """Initialize the cluster through a client built from `conf`, then create and read a ledger through a driver."""
+    kv = etcd_client_from_conf(uri, conf)
+    try:
+        init_new_etcd_cluster(kv, scope)
+    finally:
+        kv.close()
     driver = open_metadata_driver(uri, conf=conf)
     call(driver.start)
     try:
@@ -65,12 +71,7 @@ def _round_trip(uri: str, conf: ServerConfiguration) -> None:
 def test_tls_with_a_client_certificate_serves_the_driver(tls_etcd, pki):
     uri = f"etcd+https://{tls_etcd.endpoint}/tls"
     conf = _conf(etcdTlsCaFile=pki["ca"], etcdTlsCertFile=pki["client"][0], etcdTlsKeyFile=pki["client"][1])
-    kv = etcd_client_from_conf(uri, conf)
-    try:
-        init_new_etcd_cluster(kv, "/tls")
-    finally:
-        kv.close()
-    _round_trip(uri, conf)
+    _init_and_round_trip(uri, conf, "/tls")
 
 
 @pytest.mark.parametrize("credentials", ["none", "intruder"])
@@ -112,12 +113,7 @@ def auth_etcd(tmp_path_factory):
 def test_user_and_password_serve_the_driver(auth_etcd):
     uri = f"etcd://{auth_etcd.endpoint}/auth"
     conf = _conf(etcdUser="root", etcdPassword="rootpw")
-    kv = etcd_client_from_conf(uri, conf)
-    try:
-        init_new_etcd_cluster(kv, "/auth")
-    finally:
-        kv.close()
-    _round_trip(uri, conf)
+    _init_and_round_trip(uri, conf, "/auth")
 
 
 @pytest.mark.parametrize("keys,refusal", [({}, "user name is empty"),

@@ -21,6 +21,7 @@ from bkfast.meta.etcd_session import EtcdSession
 from bkfast.meta.etcd_underreplication import EtcdAuditorElection, EtcdUnderReplicationManager
 from bkfast.meta.underreplication import CTIME_NAMES, ReplicationUnavailableError
 from bkfast.meta.zk_underreplication import LAYOUT_DATA, parse_lock, parse_mark, parse_vote
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.etcd,
@@ -30,14 +31,6 @@ pytestmark = [
 
 TTL_S = 2
 QUIET_S = 0.3          # how long a watch that must not fire again is given to misbehave
-
-
-def wait_for(cond, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 class Counter:
@@ -104,7 +97,7 @@ def replaced(session: EtcdSession, kv: EtcdKV) -> None:
     """Revoke the session's lease behind its back (as an expiry would) and wait for its replacement."""
     generation = session.generation
     kv.lease_revoke(session.lease)
-    wait_for(lambda: session.generation > generation, what="the session to replace its lease")
+    wait_until("the session to replace its lease", lambda: session.generation > generation, 10.0, 0.01)
 
 
 # --- layout ---------------------------------------------------------------------------------------------------
@@ -224,7 +217,7 @@ def test_a_lock_is_held_on_the_session_lease_until_released_or_the_session_close
     assert theirs.lock_holder_of(9) is None
     assert theirs.try_lock(9) is True
     theirs.session.close()                                # the holder's session ends: its lease is revoked
-    wait_for(lambda: mine.lock_holder_of(9) is None, what="the lock of a closed session to go")
+    wait_until("the lock of a closed session to go", lambda: mine.lock_holder_of(9) is None, 10.0, 0.01)
     assert mine.try_lock(9) is True and mine.locked() == {9}
 
 
@@ -396,7 +389,7 @@ def test_a_broken_watch_stream_fires_the_watch_and_wakes_the_election(scope):
     assert election.run_once() is True
     (shot,) = urm._watches._pending.values()
     for handle in (shot.handle, election._watch):         # as when etcd restarts: the stream ends
-        wait_for(lambda h=handle: h._stream is not None, what="the watch stream to open")
+        wait_until("the watch stream to open", lambda h=handle: h._stream is not None, 10.0, 0.01)
         handle._stream.shutdown()
     assert watch.event.wait(5) and election.wait_for_change(5)
     time.sleep(QUIET_S)
