@@ -19,7 +19,7 @@ from bkfast.meta.registration import bookie_info_from_data
 from bkfast.meta.zk_election import ZkAuditorElection
 from bkfast.meta.zk_layout import AVAILABLE, COOKIES, LAYOUT, READONLY
 
-from .common import AdminError, Progress, in_reactor
+from .common import AdminError, Progress, confirm_nuke, in_reactor
 
 __all__ = ["init_cluster", "format_cluster", "nuke_cluster", "instance_id", "list_bookies", "bookie_info",
            "cluster_info", "require_cluster", "UNDERREPLICATION", "AUDITOR_ELECTION"]
@@ -91,13 +91,7 @@ def nuke_cluster(zk, root: str, instance_id_given: str | None, force: bool,
     root = zk_path(root)
     if zk.exists(root) is None:
         raise AdminError(f"nothing to nuke: {root} does not exist")
-    if not force:
-        actual = read_instance_id(zk, root)
-        if instance_id_given is None:
-            raise AdminError(f"refusing to delete {root}: pass --instance-id {actual or '<id>'} "
-                             "(see whatisinstanceid) or --force")
-        if instance_id_given != actual:
-            raise AdminError(f"refusing to delete {root}: its instance id is {actual}, not {instance_id_given}")
+    confirm_nuke(root, None if force else read_instance_id(zk, root), instance_id_given, force)
     total = _count_nodes(zk, root)
     done = [0]
     _delete_tree(zk, root, done, total, progress)

@@ -101,6 +101,18 @@ def zk_target(metadata_uri: str) -> tuple[str, str, str]:
         raise AdminError(str(err)) from None
 
 
+def confirm_nuke(root: str, actual_instance_id: str | None, given: str | None, force: bool) -> None:
+    """nukeexistingcluster's guard, whatever the store: `force`, or the cluster's own instance id (so a typo in
+    the root cannot wipe another cluster); AdminError otherwise."""
+    if force:
+        return
+    if given is None:
+        raise AdminError(f"refusing to delete {root}: pass --instance-id {actual_instance_id or '<id>'} "
+                         "(see whatisinstanceid) or --force")
+    if given != actual_instance_id:
+        raise AdminError(f"refusing to delete {root}: its instance id is {actual_instance_id}, not {given}")
+
+
 @contextlib.contextmanager
 def zk_session(hosts: str, timeout_s: float) -> Iterator:
     """A started kazoo client, stopped and closed on exit; AdminError naming the hosts if it cannot connect."""

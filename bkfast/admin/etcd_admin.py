@@ -15,7 +15,7 @@ from bkfast.meta.etcd_kv import EtcdKV
 from bkfast.meta.etcd_layout import EtcdKeys, check_etcd_layout, parse_etcd_uri
 from bkfast.meta.registration import bookie_info_from_data
 
-from .common import AdminError
+from .common import AdminError, confirm_nuke
 
 __all__ = ["is_etcd_uri", "etcd_session_of", "require_etcd_cluster", "check_etcd_cluster", "init_cluster",
            "format_cluster", "nuke_cluster", "instance_id", "list_bookies", "cluster_info", "replication_of"]
@@ -89,13 +89,7 @@ def nuke_cluster(kv: EtcdKV, scope: str, instance_id_given: str | None, force: b
     """Delete every key of the scope; needs `force` or the cluster's instance id, as on ZooKeeper."""
     if kv.get(EtcdKeys(scope).root) is None:
         raise AdminError(f"nothing to nuke: etcd scope {scope} does not exist")
-    if not force:
-        actual = read_etcd_instance_id(kv, scope)
-        if instance_id_given is None:
-            raise AdminError(f"refusing to delete {scope}: pass --instance-id {actual or '<id>'} "
-                             "(see whatisinstanceid) or --force")
-        if instance_id_given != actual:
-            raise AdminError(f"refusing to delete {scope}: its instance id is {actual}, not {instance_id_given}")
+    confirm_nuke(scope, None if force else read_etcd_instance_id(kv, scope), instance_id_given, force)
     return {"root": scope, "deletedNodes": _nuke(kv, scope)}
 
 
