@@ -39,7 +39,7 @@ from pathlib import Path
 from bkfast.errors import EtcdServerError
 
 from .local_cluster import free_port
-from .local_process import LocalServerProcess
+from .local_process import LocalServerProcess, wait_until_stopped
 
 __all__ = ["EtcdServer", "EtcdServerError", "EtcdTls", "find_etcd", "etcd_health"]
 
@@ -206,6 +206,8 @@ class EtcdServer(LocalServerProcess):
     def pause(self) -> None:
         """SIGSTOP: the sockets stay open but nothing answers, like a hung or partitioned member."""
         self._signal(signal.SIGSTOP)
+        if self.pid is not None:
+            wait_until_stopped(self.pid)
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)

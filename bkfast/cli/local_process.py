@@ -6,12 +6,38 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LocalServerProcess"]
+__all__ = ["LocalServerProcess", "wait_until_stopped"]
+
+
+def _thread_states(pid: int) -> list[str]:
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue                                     # the thread exited between listdir and open
+    return states
+
+
+def wait_until_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Wait until every thread of `pid` has taken a SIGSTOP: kill() only queues the signal, and a thread that
+    is running on another core keeps answering requests until it next enters the kernel."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = _thread_states(pid)
+        if states and all(state in ("T", "t") for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid} did not stop within {timeout} s (thread states {states})")
+        time.sleep(0.005)
 
 
 class LocalServerProcess(abc.ABC):
