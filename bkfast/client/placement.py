@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from bkfast.errors import BKNotEnoughBookiesException
 from bkfast.meta.driver import BookieInfo
 
+from .placement_settings import PlacementSettings
 from .topology import DEFAULT_RACK, DefaultMapping, Topology
 
 __all__ = ["Adherence", "CandidateIndex", "PlacementPolicy", "DefaultEnsemblePlacementPolicy", "write_quorums",
@@ -115,8 +116,9 @@ class PlacementPolicy(abc.ABC):
     name = DEFAULT_POLICY
     default_location = DEFAULT_RACK
 
-    def __init__(self, conf, topology: Topology | None = None, rng: random.Random | None = None):
-        self.conf = conf
+    def __init__(self, settings: PlacementSettings | None = None, topology: Topology | None = None,
+                 rng: random.Random | None = None):
+        self.settings = settings if settings is not None else PlacementSettings.defaults()
         self.rng = rng or random.Random()
         self.topology = topology or Topology(DefaultMapping(), self.default_location, self.valid_location)
         self.weights: dict[str, float] | None = None
@@ -124,8 +126,6 @@ class PlacementPolicy(abc.ABC):
         self._indexes: dict[tuple, tuple[Mapping, CandidateIndex]] = {}
         self._warned: set[str] = set()
         self.fallbacks = 0                 # ensembles placed below the policy's rule (not enforced)
-        # enforceMinNumFaultDomainsForWrite: the topology-aware policies hand the add tracker fault domains
-        self.enforce_fault_domains = conf.get("enforceMinNumFaultDomainsForWrite")
 
     @staticmethod
     def valid_location(location: str) -> bool:
@@ -152,7 +152,7 @@ class PlacementPolicy(abc.ABC):
 
     def set_free_disk_space(self, free: Mapping[str, int]) -> None:
         """Weights from each bookie's free disk space (diskWeightBasedPlacementEnabled)."""
-        self.weights = disk_weights(free, self.conf.get("bookieMaxWeightMultipleForWeightBasedPlacement"))
+        self.weights = disk_weights(free, self.settings.max_weight_multiple)
         self.weights_version += 1
 
     def warn_once(self, key: str, message: str, *args) -> None:
@@ -185,18 +185,45 @@ class PlacementPolicy(abc.ABC):
         return members, locations, prefer, set(ensemble) | failed | set(excluded)
 
     # --- the interface ------------------------------------------------------------------------------
-    @abc.abstractmethod
     def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
                      ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
         """E bookies for a new ledger; BKNotEnoughBookiesException (PlacementPolicyError when the policy
         is enforced and cannot be met)."""
+        self.check_quorums(ensemble_size, write_quorum, ack_quorum)
+        index = self.placement_index(writable, scope_id)
+        used = self.unusable(index, ensemble_size, scope_id, excluded)
+        return self.place_new(index, ensemble_size, write_quorum, ack_quorum, used)
 
-    @abc.abstractmethod
     def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
                         ack_quorum: int, failed: Collection[str], scope_id: int = 0,
                         excluded: Collection[str] = ()) -> tuple[str, ...]:
         """A copy of `ensemble` with every bookie of `failed` replaced by a distinct new one (never one of
         the ensemble, `failed` or `excluded`)."""
+        failed = set(failed)
+        if not failed & set(ensemble):
+            return tuple(ensemble)
+        index = self.placement_index(writable, scope_id)
+        return self.place_replacements(index, ensemble, write_quorum, ack_quorum, failed, excluded, scope_id)
+
+    # --- what each policy supplies ------------------------------------------------------------------
+    def check_quorums(self, ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
+        """BKIncorrectParameterException for quorums the policy can never meet (any quorums, by default)."""
+        return None
+
+    def placement_index(self, writable: Mapping[str, BookieInfo], scope_id: int) -> CandidateIndex:
+        """The candidates this policy places on (a policy that leaves some locations out filters here)."""
+        return self.candidates(writable, scope_id)
+
+    @abc.abstractmethod
+    def place_new(self, index: CandidateIndex, ensemble_size: int, write_quorum: int, ack_quorum: int,
+                  used: set[str]) -> tuple[str, ...]:
+        """A new ensemble from `index`, none of it in `used`."""
+
+    @abc.abstractmethod
+    def place_replacements(self, index: CandidateIndex, ensemble: tuple[str, ...], write_quorum: int,
+                           ack_quorum: int, failed: set[str], excluded: Collection[str],
+                           scope_id: int) -> tuple[str, ...]:
+        """`ensemble` with its members in `failed` (at least one) replaced from `index`."""
 
     def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
         """How `ensemble` meets the policy (Java's isEnsembleAdheringToPlacementPolicy)."""
@@ -210,7 +237,7 @@ class PlacementPolicy(abc.ABC):
     def fault_domains(self, ensemble: tuple[str, ...], write_quorum: int) -> tuple[list[int], int] | None:
         """For enforceMinNumFaultDomainsForWrite: (domain number of each position, domains an add's
         acknowledgements must come from), or None when the policy sets no such rule."""
-        needed = self.fault_domains_needed(write_quorum) if self.enforce_fault_domains else None
+        needed = self.fault_domains_needed(write_quorum) if self.settings.enforce_min_fault_domains else None
         if needed is None:
             return None
         numbers: dict[str, int] = {}
@@ -290,13 +317,11 @@ class DefaultEnsemblePlacementPolicy(PlacementPolicy):
 
     name = DEFAULT_POLICY
 
-    def new_ensemble(self, writable, ensemble_size, write_quorum, ack_quorum, scope_id=0, excluded=()):
-        index = self.candidates(writable, scope_id)
-        return tuple(random_pick(index, ensemble_size, self.unusable(index, ensemble_size, scope_id, excluded),
-                                 self.rng))
+    def place_new(self, index, ensemble_size, write_quorum, ack_quorum, used):
+        return tuple(random_pick(index, ensemble_size, used, self.rng))
 
-    def replace_bookies(self, writable, ensemble, write_quorum, ack_quorum, failed, scope_id=0, excluded=()):
-        return random_replacements(self.candidates(writable, scope_id), ensemble, failed, excluded, self.rng)
+    def place_replacements(self, index, ensemble, write_quorum, ack_quorum, failed, excluded, scope_id):
+        return random_replacements(index, ensemble, failed, excluded, self.rng)
 
 
 _DEFAULT = None
@@ -305,9 +330,7 @@ _DEFAULT = None
 def _default_policy() -> DefaultEnsemblePlacementPolicy:
     global _DEFAULT
     if _DEFAULT is None:
-        from bkfast.conf import ClientConfiguration
-
-        _DEFAULT = DefaultEnsemblePlacementPolicy(ClientConfiguration())
+        _DEFAULT = DefaultEnsemblePlacementPolicy()
     return _DEFAULT
 
 
@@ -316,7 +339,7 @@ def choose_ensemble(writable: Mapping[str, BookieInfo], ensemble_size: int, scop
     """Random placement without a client (the default policy)."""
     policy = _default_policy()
     if rng is not None:
-        policy = DefaultEnsemblePlacementPolicy(policy.conf, rng=rng)
+        policy = DefaultEnsemblePlacementPolicy(policy.settings, rng=rng)
     return policy.new_ensemble(writable, ensemble_size, ensemble_size, ensemble_size, scope_id, excluded)
 
 
@@ -325,5 +348,5 @@ def choose_replacements(writable: Mapping[str, BookieInfo], ensemble: tuple[str,
     """A copy of `ensemble` with every bookie in `failed` replaced by a distinct new one (random)."""
     policy = _default_policy()
     if rng is not None:
-        policy = DefaultEnsemblePlacementPolicy(policy.conf, rng=rng)
+        policy = DefaultEnsemblePlacementPolicy(policy.settings, rng=rng)
     return policy.replace_bookies(writable, ensemble, len(ensemble), 1, failed, scope_id)

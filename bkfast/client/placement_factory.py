@@ -18,6 +18,7 @@ from bkfast.errors import ConfigurationError
 from .placement import DEFAULT_POLICY, DefaultEnsemblePlacementPolicy, PlacementPolicy
 from .placement_rack import RACKAWARE_POLICY, RackawareEnsemblePlacementPolicy
 from .placement_region import REGIONAWARE_POLICY, RegionAwareEnsemblePlacementPolicy
+from .placement_settings import PlacementSettings
 from .placement_zone import ZONEAWARE_POLICY, ZoneawareEnsemblePlacementPolicy
 from .topology import Topology, mapping_from_conf
 
@@ -53,4 +54,4 @@ def policy_from_conf(conf, mapping=None, rng: random.Random | None = None) -> Pl
     cls = policy_class(conf.get("ensemblePlacementPolicy"))
     topology = Topology(mapping if mapping is not None else mapping_from_conf(conf), cls.default_location,
                         cls.valid_location)
-    return cls(conf, topology, rng)
+    return cls(PlacementSettings.from_conf(conf), topology, rng)

@@ -20,10 +20,9 @@ topology does not place are in `/default-rack`. As Java does:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from bkfast.errors import PlacementPolicyError
-from bkfast.meta.driver import BookieInfo
 
 from .placement import Adherence, CandidateIndex, PlacementPolicy, random_pick, random_replacements, write_quorums
 from .placement_search import Rules, best_spread, fill
@@ -45,15 +44,9 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
     name = RACKAWARE_POLICY
     default_location = DEFAULT_RACK
 
-    def __init__(self, conf, topology=None, rng=None):
-        super().__init__(conf, topology, rng)
-        self.min_racks = conf.get("minNumRacksPerWriteQuorum")
-        self.enforce = conf.get("enforceMinNumRacksPerWriteQuorum")
-        self.use_local = not conf.get("ignoreLocalNodeInPlacementPolicy")
-
     # --- the rule ---------------------------------------------------------------------------------------
     def racks_needed(self, write_quorum: int) -> int:
-        return min(write_quorum, self.min_racks)
+        return min(write_quorum, self.settings.min_racks)
 
     def _feasible(self, write_quorum: int):
         need = self.racks_needed(write_quorum)
@@ -67,15 +60,16 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
     def _not_default(self, location: str) -> bool:
         return location != self.default_location
 
-    def _index(self, writable, scope_id: int) -> CandidateIndex:
-        return self.candidates(writable, scope_id, self._not_default if self.enforce else None)
+    def placement_index(self, writable, scope_id: int) -> CandidateIndex:
+        return self.candidates(writable, scope_id, self._not_default if self.settings.enforce_min_racks else None)
 
     def _fail(self, what: str, ensemble_size: int, write_quorum: int, index: CandidateIndex, used) -> Exception:
         racks = sorted({index.loc[b] for b in index.ids if b not in used})
+        excluded = ", default-rack bookies excluded" if self.settings.enforce_min_racks else ""
         return PlacementPolicyError(
             f"{what}: no placement of E={ensemble_size} W={write_quorum} puts every write quorum on "
             f"{self.racks_needed(write_quorum)} racks with the available bookies (racks: {', '.join(racks) or 'none'};"
-            f" enforceMinNumRacksPerWriteQuorum is on{', default-rack bookies excluded' if self.enforce else ''})")
+            f" enforceMinNumRacksPerWriteQuorum is on{excluded})")
 
     def _place(self, what: str, members: list, locations: list, write_quorum: int, index: CandidateIndex,
                used: set, prefer: dict | None) -> tuple[str, ...]:
@@ -83,7 +77,7 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
         found = fill(members, locations, write_quorum, index, strict, used, self.rng)
         if found is not None:
             return tuple(found)
-        if self.enforce:
+        if self.settings.enforce_min_racks:
             raise self._fail(what, len(members), write_quorum, index, used)
         found = best_spread(self, members, locations, write_quorum, index, _spread_rank, prefer, used)
         self.warn_once("fallback", "%s: no placement puts every write quorum of E=%d W=%d on %d racks; using the "
@@ -92,33 +86,27 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
         return tuple(found)
 
     # --- the interface ----------------------------------------------------------------------------------
-    def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
-                     ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
-        index = self._index(writable, scope_id)
-        used = self.unusable(index, ensemble_size, scope_id, excluded)
+    def place_new(self, index: CandidateIndex, ensemble_size: int, write_quorum: int, ack_quorum: int,
+                  used: set[str]) -> tuple[str, ...]:
         if len(index.by_loc) < 2 and self.racks_needed(write_quorum) > 1:
-            if self.enforce:
+            if self.settings.enforce_min_racks:
                 raise self._fail("new ensemble", ensemble_size, write_quorum, index, used)
             return tuple(random_pick(index, ensemble_size, used, self.rng))     # one rack: random, as Java
         local = self.topology.local_location
-        prefer = {0: local} if self.use_local and local and local != self.default_location else None
+        prefer = {0: local} if self.settings.prefer_local_node and local and local != self.default_location else None
         return self._place("new ensemble", [None] * ensemble_size, [None] * ensemble_size, write_quorum, index, used,
                            prefer)
 
-    def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
-                        ack_quorum: int, failed: Collection[str], scope_id: int = 0,
-                        excluded: Collection[str] = ()) -> tuple[str, ...]:
-        failed = set(failed)
-        if not failed & set(ensemble):
-            return tuple(ensemble)
-        index = self._index(writable, scope_id)
-        if len(index.by_loc) < 2 and not self.enforce:
+    def place_replacements(self, index: CandidateIndex, ensemble: tuple[str, ...], write_quorum: int,
+                           ack_quorum: int, failed: set[str], excluded: Collection[str],
+                           scope_id: int) -> tuple[str, ...]:
+        if len(index.by_loc) < 2 and not self.settings.enforce_min_racks:
             return random_replacements(index, ensemble, failed, excluded, self.rng)
         members, locations, prefer, used = self.replacement_slots(ensemble, failed, excluded)
         return self._place("ensemble change", members, locations, write_quorum, index, used, prefer)
 
     def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
-        need = self.min_racks if self.enforce_fault_domains else self.racks_needed(write_quorum)
+        need = self.settings.min_racks if self.settings.enforce_min_fault_domains else self.racks_needed(write_quorum)
         locations = [self.topology.location(b) for b in ensemble]
         for window in write_quorums(len(ensemble), write_quorum):
             if len({locations[i] for i in window}) < need:
@@ -128,7 +116,7 @@ class RackawareEnsemblePlacementPolicy(PlacementPolicy):
     def replace_to_adhere(self, writable, ensemble, write_quorum, ack_quorum, scope_id=0, excluded=()):
         if self.adherence(ensemble, write_quorum, ack_quorum) != Adherence.FAIL:
             return tuple(ensemble)
-        index = self._index(writable, scope_id)
+        index = self.placement_index(writable, scope_id)
         return repair(self, ensemble, write_quorum, index, self._feasible(write_quorum), _spread_rank,
                       set(excluded))
 

@@ -21,12 +21,11 @@ that break it. Reads prefer bookies of the client's own region (reorderReadSeque
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
-from bkfast.errors import BKIncorrectParameterException, ConfigurationError, PlacementPolicyError
-from bkfast.meta.driver import BookieInfo
+from bkfast.errors import BKIncorrectParameterException, PlacementPolicyError
 
-from .placement import Adherence, PlacementPolicy, write_quorums
+from .placement import Adherence, CandidateIndex, PlacementPolicy, write_quorums
 from .placement_rack import repair
 from .placement_search import Rules, best_spread, fill, spread_by_top_level, top_level
 from .topology import DEFAULT_REGION_AND_RACK
@@ -46,28 +45,18 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
     name = REGIONAWARE_POLICY
     default_location = DEFAULT_REGION_AND_RACK
 
-    def __init__(self, conf, topology=None, rng=None):
-        super().__init__(conf, topology, rng)
-        self.min_regions = conf.get("reppMinimumRegionsForDurability")
-        self.enforce_in_replace = conf.get("reppEnableDurabilityEnforcementInReplace")
-        text = conf.get("reppRegionsToWrite")
-        self.regions = [r.strip().strip("/") for r in text.split(";") if r.strip().strip("/")] if text else None
-        if self.regions is not None and len(self.regions) < self.min_regions:
-            raise ConfigurationError(f"reppRegionsToWrite names {len(self.regions)} regions ({text}), fewer than "
-                                     f"reppMinimumRegionsForDurability={self.min_regions}")
-        self.min_racks = conf.get("minNumRacksPerWriteQuorum")
-
     def local_key(self, location: str) -> str:
         return region_of(location)
 
     def _in_regions(self, location: str) -> bool:
-        return region_of(location) in self.regions
+        return region_of(location) in (self.settings.regions_to_write or ())
 
-    def _index(self, writable, scope_id: int):
-        return self.candidates(writable, scope_id, self._in_regions if self.regions is not None else None)
+    def placement_index(self, writable, scope_id: int):
+        keep = self._in_regions if self.settings.regions_to_write is not None else None
+        return self.candidates(writable, scope_id, keep)
 
     def _durable(self, ack_quorum: int):
-        m = self.min_regions
+        m = self.settings.min_regions
 
         def feasible(window: list) -> bool:
             if m <= 1:
@@ -85,8 +74,8 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
 
         return feasible
 
-    def check_quorums(self, write_quorum: int, ack_quorum: int) -> None:
-        m = self.min_regions
+    def check_quorums(self, ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
+        m = self.settings.min_regions
         if m <= 0:
             return
         if ack_quorum < m:
@@ -102,36 +91,29 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
         regions = sorted({region_of(index.loc[b]) for b in index.ids if b not in used})
         return PlacementPolicyError(
             f"{what}: no placement of W={write_quorum} A={ack_quorum} keeps every acknowledged entry in "
-            f"{self.min_regions} regions with the available bookies (regions: {', '.join(regions) or 'none'})")
+            f"{self.settings.min_regions} regions with the available bookies (regions: {', '.join(regions) or 'none'})")
 
-    def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
-                     ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
-        self.check_quorums(write_quorum, ack_quorum)
-        index = self._index(writable, scope_id)
-        used = self.unusable(index, ensemble_size, scope_id, excluded)
+    def place_new(self, index: CandidateIndex, ensemble_size: int, write_quorum: int, ack_quorum: int,
+                  used: set[str]) -> tuple[str, ...]:
         found = fill([None] * ensemble_size, [None] * ensemble_size, write_quorum, index,
                      Rules(self._durable(ack_quorum), _rank, monotone=True), used, self.rng)
         if found is None:
             raise self._fail("new ensemble", write_quorum, ack_quorum, index, used)
         return tuple(found)
 
-    def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
-                        ack_quorum: int, failed: Collection[str], scope_id: int = 0,
-                        excluded: Collection[str] = ()) -> tuple[str, ...]:
-        failed = set(failed)
-        if not failed & set(ensemble):
-            return tuple(ensemble)
-        index = self._index(writable, scope_id)
+    def place_replacements(self, index: CandidateIndex, ensemble: tuple[str, ...], write_quorum: int,
+                           ack_quorum: int, failed: set[str], excluded: Collection[str],
+                           scope_id: int) -> tuple[str, ...]:
         members, locations, prefer, used = self.replacement_slots(ensemble, failed, excluded)
         rules = Rules(self._durable(ack_quorum), _rank, prefer, monotone=True)
         found = fill(members, locations, write_quorum, index, rules, used, self.rng)
-        if found is None and self.enforce_in_replace and self.min_regions > 1:
+        if found is None and self.settings.enforce_durability_in_replace and self.settings.min_regions > 1:
             raise self._fail("ensemble change", write_quorum, ack_quorum, index, used)
         if found is None:
             found = best_spread(self, members, locations, write_quorum, index, _rank, prefer, used, scope_id)
             self.warn_once("fallback", "%s: a replacement could not keep entries in %d regions "
                            "(reppEnableDurabilityEnforcementInReplace is off); using %s. This is logged once",
-                           self.name, self.min_regions, ",".join(found))
+                           self.name, self.settings.min_regions, ",".join(found))
         return tuple(found)
 
     def adherence(self, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int) -> Adherence:
@@ -145,8 +127,8 @@ class RegionAwareEnsemblePlacementPolicy(PlacementPolicy):
     def replace_to_adhere(self, writable, ensemble, write_quorum, ack_quorum, scope_id=0, excluded=()):
         if self.adherence(ensemble, write_quorum, ack_quorum) != Adherence.FAIL:
             return tuple(ensemble)
-        return repair(self, ensemble, write_quorum, self._index(writable, scope_id), self._durable(ack_quorum),
+        return repair(self, ensemble, write_quorum, self.placement_index(writable, scope_id), self._durable(ack_quorum),
                       _rank, set(excluded))
 
     def fault_domains_needed(self, write_quorum: int) -> int:
-        return min(write_quorum, self.min_racks)
+        return min(write_quorum, self.settings.min_racks)

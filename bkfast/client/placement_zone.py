@@ -16,12 +16,11 @@ enforceMinNumFaultDomainsForWrite. Reads prefer the client's own zone.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from bkfast.errors import BKIncorrectParameterException, PlacementPolicyError
-from bkfast.meta.driver import BookieInfo
 
-from .placement import Adherence, PlacementPolicy, write_quorums
+from .placement import Adherence, CandidateIndex, PlacementPolicy, write_quorums
 from .placement_rack import repair
 from .placement_search import Rules, best_spread, fill, spread_by_top_level, top_level
 from .topology import DEFAULT_ZONE_AND_UPGRADE_DOMAIN, path_parts
@@ -55,12 +54,6 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
     name = ZONEAWARE_POLICY
     default_location = DEFAULT_ZONE_AND_UPGRADE_DOMAIN
 
-    def __init__(self, conf, topology=None, rng=None):
-        super().__init__(conf, topology, rng)
-        self.min_zones = conf.get("minNumZonesPerWriteQuorum")
-        self.desired_zones = conf.get("desiredNumZonesPerWriteQuorum")
-        self.strict = conf.get("enforceStrictZoneawarePlacement")
-
     @staticmethod
     def valid_location(location: str) -> bool:
         return len(path_parts(location)) == 2
@@ -71,24 +64,24 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
     def _not_default_zone(self, location: str) -> bool:
         return zone_of(location) != DEFAULT_ZONE_NAME
 
-    def _index(self, writable, scope_id: int):
-        return self.candidates(writable, scope_id, self._not_default_zone if self.strict else None)
+    def placement_index(self, writable, scope_id: int):
+        return self.candidates(writable, scope_id, self._not_default_zone if self.settings.strict_zones else None)
 
-    def check_quorums(self, ensemble_size: int, write_quorum: int) -> None:
-        if not self.strict:
+    def check_quorums(self, ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
+        if not self.settings.strict_zones:
             return
         if ensemble_size % write_quorum:
             raise BKIncorrectParameterException(
                 f"ensemble size {ensemble_size} is not a multiple of write quorum {write_quorum} "
                 "(enforceStrictZoneawarePlacement: a wrapped write quorum would span fewer zones)")
-        if write_quorum <= self.min_zones:
+        if write_quorum <= self.settings.min_zones:
             raise BKIncorrectParameterException(
-                f"write quorum {write_quorum} is not above minNumZonesPerWriteQuorum={self.min_zones} "
+                f"write quorum {write_quorum} is not above minNumZonesPerWriteQuorum={self.settings.min_zones} "
                 "(enforceStrictZoneawarePlacement)")
 
     def _targets(self, write_quorum: int) -> list[int]:
-        desired = min(write_quorum, self.desired_zones)
-        return sorted({desired, min(desired, self.min_zones)}, reverse=True)
+        desired = min(write_quorum, self.settings.desired_zones)
+        return sorted({desired, min(desired, self.settings.min_zones)}, reverse=True)
 
     def _place(self, what: str, members: list, locations: list, write_quorum: int, index, used: set,
                prefer: dict | None) -> tuple[str, ...]:
@@ -97,33 +90,27 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
             found = fill(members, locations, write_quorum, index, rules, used, self.rng)
             if found is not None:
                 return tuple(found)
-        if self.strict:
+        if self.settings.strict_zones:
             available = sorted({zone_of(index.loc[b]) for b in index.ids if b not in used})
             raise PlacementPolicyError(
                 f"{what}: no placement of E={len(members)} W={write_quorum} puts every write quorum on "
-                f"{self.min_zones} zones in distinct upgrade domains (zones: {', '.join(available) or 'none'}; "
+                f"{self.settings.min_zones} zones in distinct upgrade domains "
+                f"(zones: {', '.join(available) or 'none'}; "
                 "enforceStrictZoneawarePlacement is on, default-zone bookies excluded)")
         found = best_spread(self, members, locations, write_quorum, index, _rank, prefer, used)
         self.warn_once("fallback", "%s: no placement of E=%d W=%d meets minNumZonesPerWriteQuorum=%d; using the best "
                        "spread found (%s). This is logged once", self.name, len(members), write_quorum,
-                       self.min_zones, ",".join(found))
+                       self.settings.min_zones, ",".join(found))
         return tuple(found)
 
-    def new_ensemble(self, writable: Mapping[str, BookieInfo], ensemble_size: int, write_quorum: int,
-                     ack_quorum: int, scope_id: int = 0, excluded: Collection[str] = ()) -> tuple[str, ...]:
-        self.check_quorums(ensemble_size, write_quorum)
-        index = self._index(writable, scope_id)
-        used = self.unusable(index, ensemble_size, scope_id, excluded)
+    def place_new(self, index: CandidateIndex, ensemble_size: int, write_quorum: int, ack_quorum: int,
+                  used: set[str]) -> tuple[str, ...]:
         return self._place("new ensemble", [None] * ensemble_size, [None] * ensemble_size, write_quorum, index, used,
                            None)
 
-    def replace_bookies(self, writable: Mapping[str, BookieInfo], ensemble: tuple[str, ...], write_quorum: int,
-                        ack_quorum: int, failed: Collection[str], scope_id: int = 0,
-                        excluded: Collection[str] = ()) -> tuple[str, ...]:
-        failed = set(failed)
-        if not failed & set(ensemble):
-            return tuple(ensemble)
-        index = self._index(writable, scope_id)
+    def place_replacements(self, index: CandidateIndex, ensemble: tuple[str, ...], write_quorum: int,
+                           ack_quorum: int, failed: set[str], excluded: Collection[str],
+                           scope_id: int) -> tuple[str, ...]:
         members, locations, prefer, used = self.replacement_slots(ensemble, failed, excluded)
         return self._place("ensemble change", members, locations, write_quorum, index, used, prefer)
 
@@ -133,12 +120,12 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
         locations = [self.topology.location(b) for b in ensemble]
         if any(zone_of(loc) == DEFAULT_ZONE_NAME for loc in locations):
             return Adherence.FAIL
-        desired = min(write_quorum, self.desired_zones)
+        desired = min(write_quorum, self.settings.desired_zones)
         result = Adherence.MEETS_STRICT
         for window in write_quorums(len(ensemble), write_quorum):
             locs = [locations[i] for i in window]
             zones = len({zone_of(loc) for loc in locs})
-            if zones < self.min_zones or len(set(locs)) != len(locs):
+            if zones < self.settings.min_zones or len(set(locs)) != len(locs):
                 return Adherence.FAIL
             if zones < desired:
                 result = Adherence.MEETS_SOFT
@@ -147,11 +134,11 @@ class ZoneawareEnsemblePlacementPolicy(PlacementPolicy):
     def replace_to_adhere(self, writable, ensemble, write_quorum, ack_quorum, scope_id=0, excluded=()):
         if self.adherence(ensemble, write_quorum, ack_quorum) != Adherence.FAIL:
             return tuple(ensemble)
-        return repair(self, ensemble, write_quorum, self._index(writable, scope_id),
-                      _zones_at_least(min(write_quorum, self.min_zones)), _rank, set(excluded))
+        return repair(self, ensemble, write_quorum, self.placement_index(writable, scope_id),
+                      _zones_at_least(min(write_quorum, self.settings.min_zones)), _rank, set(excluded))
 
     def fault_domains_needed(self, write_quorum: int) -> int:
-        return min(write_quorum, self.min_zones)
+        return min(write_quorum, self.settings.min_zones)
 
     def fault_domain(self, location: str) -> str:
         return zone_of(location)

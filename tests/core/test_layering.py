@@ -338,7 +338,8 @@ TYPED_SETTINGS_MODULES = [
     "bookie/disk_checker.py", "bookie/gc.py", "bookie/gc_stats.py", "bookie/read_only.py", "bookie/settings.py",
     "bookie/stats.py", "bookie/storage_full.py", "bookie/journal.py", "meta/cookies.py", "meta/etcd_driver.py",
     "meta/etcd_kv.py", "meta/etcd_http.py", "meta/etcd_session.py", "meta/etcd_registration.py",
-    "meta/etcd_underreplication.py",
+    "meta/etcd_underreplication.py", "client/placement.py", "client/placement_rack.py", "client/placement_region.py",
+    "client/placement_zone.py",
 ]
 _CONF_NAMES = frozenset({"conf", "config", "configuration", "_conf"})
 
