@@ -131,18 +131,18 @@ class _Services:
         return self.context.bookie.conf
 
     def zk(self) -> tuple:
-        meta = self._meta()
-        if getattr(meta, "zk", None) is None:
+        meta = self.meta()
+        if meta.zk is None:
             raise _ApiError(501, "this endpoint reads ZooKeeper; this bookie's metadata store is etcd")
         return meta.zk, meta.root
 
     def etcd(self) -> tuple | None:
         """(etcd client, scope) when the bookie's metadata store is etcd, else None (ZooKeeper)."""
-        meta = self._meta()
-        kv = getattr(meta, "kv", None)
-        return (kv, meta.root) if kv is not None else None
+        meta = self.meta()
+        return (meta.kv, meta.root) if meta.kv is not None else None
 
-    def _meta(self):
+    def meta(self):
+        """The bookie's metadata session (bkfast.server.metadata); 503 when it runs without one."""
         meta = self.context.meta
         if meta is None:
             raise _ApiError(503, "this bookie runs without a metadata service (--no-metadata)")
@@ -150,7 +150,7 @@ class _Services:
 
     def client(self):
         """A blocking ledger client (call from a pool thread only)."""
-        self._meta()
+        self.meta()
         with self._lock:
             if self._client is None:
                 from bkfast import BookKeeper
@@ -344,7 +344,7 @@ def sanity(s: _Services, params, body):
     if not s.sanity_running.acquire(blocking=False):
         raise _ApiError(409, "a sanity test is already running on this bookie")
     try:
-        s._meta()
+        s.meta()
         from bkfast import BookKeeper
 
         with BookKeeper(s.conf.get("metadataServiceUri"), timeout=30.0, **client_settings_of(s.conf)) as own:

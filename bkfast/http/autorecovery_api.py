@@ -38,43 +38,16 @@ def _ops():
 
 def _urm(s):
     """The under-replication manager on the bookie's metadata session (bkfast.meta.underreplication)."""
-    on_etcd = s.etcd()
-    if on_etcd is not None:
-        from bkfast.meta.etcd_layout import EtcdKeys
-        from bkfast.meta.etcd_underreplication import EtcdUnderReplicationManager
-
-        kv, scope = on_etcd
-        return EtcdUnderReplicationManager(kv, EtcdKeys(scope), s.context.meta.session)
-    from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
-
-    zk, root = s.zk()
-    return ZkUnderReplicationManager(zk, root)
+    return s.meta().under_replication()
 
 
 def _election(s):
     """An observer of the auditor election on the bookie's metadata session."""
-    on_etcd = s.etcd()
-    if on_etcd is not None:
-        from bkfast.meta.etcd_layout import EtcdKeys
-        from bkfast.meta.etcd_underreplication import EtcdAuditorElection
-
-        kv, scope = on_etcd
-        return EtcdAuditorElection(kv, EtcdKeys(scope), s.context.meta.session)
-    from bkfast.meta.zk_election import ZkAuditorElection
-
-    zk, root = s.zk()
-    return ZkAuditorElection(zk, root)
+    return s.meta().auditor_election()
 
 
 def _cookie_store(s):
-    on_etcd = s.etcd()
-    if on_etcd is not None:
-        from bkfast.meta.etcd_cluster import EtcdCookieStore
-
-        return EtcdCookieStore(*on_etcd)
-    from bkfast.meta.cookies import ZkCookieStore
-
-    return ZkCookieStore(*s.zk())
+    return s.meta().cookie_store()
 
 
 def status(s, params, body):

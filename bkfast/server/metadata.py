@@ -17,7 +17,9 @@ from bkfast.conf import ServerConfiguration
 from bkfast.errors import BKMetaStoreException, MetadataError
 
 if TYPE_CHECKING:
+    from bkfast.meta.cookies import CookieStore
     from bkfast.meta.etcd_session import EtcdSession
+    from bkfast.meta.underreplication import AuditorElection, UnderReplicationManager
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +35,32 @@ def open_metadata_session(conf: ServerConfiguration, stats=None):
 
 
 class _Registered(abc.ABC):
-    """The steps after the cookies, the same on every store: register once listening, follow read-only
-    changes, unregister and end the session on close. `registration` is the store's (`prepare_registration`)."""
+    """What every store's session does the same way: check the cookies, register once listening, follow
+    read-only changes, unregister and end the session on close. `registration` is the store's
+    (`prepare_registration`); the cookie store, the under-replication manager and the auditor election are
+    the store's objects on this session (the HTTP admin API serves them)."""
 
     registration: Any = None
+    conf: ServerConfiguration
+
+    def check_cookies(self, bid: str) -> None:
+        """Check (or, on a new bookie, write) the cookies of bookie `bid` (`bkfast.ids.bookie_address`'s id:
+        bookieId, or the advertised host and bookiePort). Call it once the bookie port is bound."""
+        from bkfast.meta.cookies import check_cookies
+
+        check_cookies(self.cookie_store(), self.conf, bid)
+
+    @abc.abstractmethod
+    def cookie_store(self) -> CookieStore:
+        """The cluster's cookies and instance id on this store."""
+
+    @abc.abstractmethod
+    def under_replication(self) -> UnderReplicationManager:
+        """AutoRecovery's marks, switch and recovery delay on this store."""
+
+    @abc.abstractmethod
+    def auditor_election(self) -> AuditorElection:
+        """An observer of the auditor election on this store."""
 
     def register(self, read_only: bool) -> None:
         """Register (prepare_registration first), once the bookie listens."""
@@ -65,7 +89,10 @@ class _Registered(abc.ABC):
 
 
 class MetadataSession(_Registered):
-    """One ZooKeeper session of a bookie: its cookies, its registration, and the session's end."""
+    """One ZooKeeper session of a bookie: its cookies, its registration, and the session's end. `kv` is None:
+    there is no etcd client."""
+
+    kv = None
 
     def __init__(self, conf: ServerConfiguration, stats=None):
         """Connect to the metadata service; MetadataError (one line naming metadataServiceUri) when ZooKeeper
@@ -92,12 +119,20 @@ class MetadataSession(_Registered):
                 "-D metadataServiceUri=...); --no-metadata serves without one") from None
         self.registration = None
 
-    def check_cookies(self, bid: str) -> None:
-        """Check (or, on a new bookie, write) the cookies of bookie `bid` (`bkfast.ids.bookie_address`'s id:
-        bookieId, or the advertised host and bookiePort). Call it once the bookie port is bound."""
-        from bkfast.meta import check_or_create_cookies
+    def cookie_store(self) -> CookieStore:
+        from bkfast.meta.cookies import ZkCookieStore
 
-        check_or_create_cookies(self.zk, self.root, self.conf, bid)
+        return ZkCookieStore(self.zk, self.root)
+
+    def under_replication(self) -> UnderReplicationManager:
+        from bkfast.meta.zk_underreplication import ZkUnderReplicationManager
+
+        return ZkUnderReplicationManager(self.zk, self.root)
+
+    def auditor_election(self) -> AuditorElection:
+        from bkfast.meta.zk_election import ZkAuditorElection
+
+        return ZkAuditorElection(self.zk, self.root)
 
     def prepare_registration(self, bid: str, host: str, port: int, tls: bool = False) -> None:
         """Before the bookie listens: wait until an earlier session's registration of `bid` has expired (a
@@ -143,11 +178,22 @@ class EtcdMetadataSession(_Registered):
         self.session: EtcdSession | None = None
         self.registration = None
 
-    def check_cookies(self, bid: str) -> None:
-        from bkfast.meta.cookies import check_cookies
+    def cookie_store(self) -> CookieStore:
         from bkfast.meta.etcd_cluster import EtcdCookieStore
 
-        check_cookies(EtcdCookieStore(self.kv, self.root), self.conf, bid)
+        return EtcdCookieStore(self.kv, self.root)
+
+    def under_replication(self) -> UnderReplicationManager:
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_underreplication import EtcdUnderReplicationManager
+
+        return EtcdUnderReplicationManager(self.kv, EtcdKeys(self.root), self.session)
+
+    def auditor_election(self) -> AuditorElection:
+        from bkfast.meta.etcd_layout import EtcdKeys
+        from bkfast.meta.etcd_underreplication import EtcdAuditorElection
+
+        return EtcdAuditorElection(self.kv, EtcdKeys(self.root), self.session)
 
     def prepare_registration(self, bid: str, host: str, port: int, tls: bool = False) -> None:
         from bkfast.meta import bookie_service_info
