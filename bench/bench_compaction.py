@@ -56,7 +56,7 @@ def main() -> None:
             "logSizeLimit": 16 * MiB,
             "compactionRate": 0,
         })
-        storage = DbLedgerStorage([root / "ledgers"], None, conf)
+        storage = DbLedgerStorage.from_conf([root / "ledgers"], None, conf)
         payload = os.urandom(args.entry_size)
         count = args.mb * MiB // (args.entry_size + 60)
         for lid in range(args.ledgers):

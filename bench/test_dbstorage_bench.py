@@ -31,7 +31,7 @@ def _entries(ledger_id: int, first: int, count: int) -> list[bytes]:
 def _storage(path, **overrides) -> DbLedgerStorage:
     values = {"dbStorage_writeCacheMaxSizeMb": 512, "dbStorage_readAheadCacheMaxSizeMb": 256}
     values.update(overrides)
-    return DbLedgerStorage([path], None, ServerConfiguration(values))
+    return DbLedgerStorage.from_conf([path], None, ServerConfiguration(values))
 
 
 def _rate(benchmark, count: int) -> None:

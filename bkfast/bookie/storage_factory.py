@@ -52,7 +52,7 @@ def open_ledger_storage(conf, ledger_dirs: Sequence[str | os.PathLike[str]],
     if kind == "db":
         from bkfast.dbstorage.storage import DbLedgerStorage
 
-        return DbLedgerStorage(ledger_dirs, index_dirs, conf, stats=stats)
+        return DbLedgerStorage.from_conf(ledger_dirs, index_dirs, conf, stats=stats)
     from bkfast.indexstorage.storage import IndexedLedgerStorage
 
-    return IndexedLedgerStorage(ledger_dirs, index_dirs, conf, sorted=(kind == "sorted"), stats=stats)
+    return IndexedLedgerStorage.from_conf(ledger_dirs, index_dirs, conf, sorted=(kind == "sorted"), stats=stats)

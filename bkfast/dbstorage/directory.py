@@ -45,6 +45,7 @@ from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported
 from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
 from bkfast.dbstorage.read_cache import ReadCache
+from bkfast.dbstorage.settings import DbStorageSettings
 from bkfast.dbstorage.stats import DbDirStats
 from bkfast.dbstorage.write_cache import WriteCache
 from bkfast.errors import (
@@ -56,7 +57,7 @@ from bkfast.errors import (
 )
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entry_header import entry_lac
-from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
+from bkfast.storage.entrylogger import EntryLogger
 from bkfast.storage.thread_stats import DB_STORAGE_POOL, register_thread
 from bkfast.threads import FLUSH, NamedThread
 
@@ -72,7 +73,7 @@ FULL_DISK_MAX_WAIT_S = 0.5   # an add's wait for cache room while the index is r
 class SingleDirectoryDbLedgerStorage:
     """Entries and ledger metadata of the ledgers a DbLedgerStorage routes to one directory."""
 
-    def __init__(self, ledger_dir, index_dir, conf, entry_logger: EntryLogger | None = None, *,
+    def __init__(self, ledger_dir, index_dir, settings: DbStorageSettings, entry_logger: EntryLogger | None = None, *,
                  write_cache_bytes: int, read_cache_bytes: int, stats: StatsLogger | None = None,
                  dir_index: int = 0):
         """`stats`: the `bookie` scope logger; this directory's stats carry its indexDir and ledgerDir.
@@ -83,13 +84,11 @@ class SingleDirectoryDbLedgerStorage:
         current.mkdir(parents=True, exist_ok=True)
         self._owns_logger = entry_logger is None
         self._entry_logger = (entry_logger if entry_logger is not None
-                              else EntryLogger([self.ledger_dir], EntryLoggerSettings.from_conf(conf)))
-        block_cache = conf.db_storage_rocksdb_block_cache_size
-        block_cache = int(block_cache) if block_cache is not None else 32 << 20
-        self._locations = LocationIndex(current, block_cache)
+                              else EntryLogger([self.ledger_dir], settings.entry_logger))
+        self._locations = LocationIndex(current, settings.block_cache_bytes)
         self._ledgers = LedgerMetadataIndex(current)
         self._flush_event = threading.Event()
-        max_wait_s = conf.db_storage_max_throttle_time_ms / 1000.0
+        max_wait_s = settings.max_throttle_s
         self._write_cache = WriteCache(write_cache_bytes, max_wait_s, self._flush_event.set)
         self._max_wait_s = max_wait_s
         if self.read_only:
@@ -97,8 +96,8 @@ class SingleDirectoryDbLedgerStorage:
             # the swap of the halves instead of waiting dbStorage_maxThrottleTimeMs (replay stops there).
             self._write_cache.max_wait_s = min(max_wait_s, FULL_DISK_MAX_WAIT_S)
         self._read_cache = ReadCache(read_cache_bytes)
-        self._read_ahead_count = int(conf.db_storage_read_ahead_cache_batch_size)
-        batch_bytes = int(conf.db_storage_read_ahead_cache_batch_bytes_size)
+        self._read_ahead_count = settings.read_ahead_batch_entries
+        batch_bytes = settings.read_ahead_batch_bytes
         self._read_ahead_bytes = batch_bytes if batch_bytes > 0 else _READ_AHEAD_MAX_BYTES
         self._read_ahead_on = self._read_cache.enabled and self._read_ahead_count > 0
         # ledger key -> (entry id, location) of the entry right after the last full read-ahead run: a
@@ -118,8 +117,8 @@ class SingleDirectoryDbLedgerStorage:
         self._memory_read_hits = self._stats.memory_read_cache_hits
         # Test hooks (0 in production): make entry-log reads / write-cache flushes slow on purpose, so
         # tests can show what a slow disk does to the rest of the bookie.
-        self._test_read_delay_s = max(conf.get("testEntryLogReadDelayMs"), 0) / 1000.0
-        self._test_flush_delay_s = max(conf.get("testWriteCacheFlushDelayMs"), 0) / 1000.0
+        self._test_read_delay_s = settings.test_read_delay_s
+        self._test_flush_delay_s = settings.test_flush_delay_s
         self._closed = False
         self.last_flush_error: BaseException | None = None
         self.continuation_reads = 0  # cache misses read where the last read-ahead run ended (no index lookup)

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.directory import SingleDirectoryDbLedgerStorage
+from bkfast.dbstorage.settings import DbStorageSettings
 from bkfast.errors import ConfigurationError
 from bkfast.stats import StatsLogger
 from bkfast.storage.entrylogger import EntryLogger
 
 __all__ = ["DbLedgerStorage"]
 
-_MiB = 1024 * 1024
 _DIRECT_METHODS = (
     "set_master_key", "get_master_key", "ledger_exists", "set_fenced", "is_fenced", "set_explicit_lac",
     "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id",
@@ -42,7 +42,7 @@ class DbLedgerStorage:
     """Entries, entry locations and ledger metadata of a bookie, on entry logs and RocksDB."""
 
     def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]],
-                 index_dirs: Sequence[str | os.PathLike[str]] | None, conf,
+                 index_dirs: Sequence[str | os.PathLike[str]] | None, settings: DbStorageSettings,
                  entry_logger: EntryLogger | Sequence[EntryLogger] | None = None, stats: StatsLogger | None = None):
         """`stats`: the `bookie` scope logger (Java's DbLedgerStorage stats go there, each directory's with
         its indexDir and ledgerDir labels); None records nothing."""
@@ -64,14 +64,14 @@ class DbLedgerStorage:
             loggers = list(entry_logger)
             if len(loggers) != n:
                 raise ConfigurationError(f"{len(loggers)} entry loggers for {n} ledger dirs")
-        write_cache = int(conf.db_storage_write_cache_max_size_mb) * _MiB // n
-        read_cache = int(conf.db_storage_read_ahead_cache_max_size_mb) * _MiB // n
+        write_cache = settings.write_cache_bytes // n
+        read_cache = settings.read_cache_bytes // n
         self._dirs: list[SingleDirectoryDbLedgerStorage] = []
         try:
             for dir_index, (ledger_dir, index_dir, logger) in enumerate(
                     zip(ledger_dirs, index_dirs, loggers, strict=True)):
                 self._dirs.append(SingleDirectoryDbLedgerStorage(
-                    ledger_dir, index_dir, conf, logger, write_cache_bytes=write_cache,
+                    ledger_dir, index_dir, settings, logger, write_cache_bytes=write_cache,
                     read_cache_bytes=read_cache, stats=stats, dir_index=dir_index))
         except BaseException:
             for d in self._dirs:
@@ -81,8 +81,8 @@ class DbLedgerStorage:
         loggers_list = self.entry_loggers()
         self._stats_index = [next(i for i, lg in enumerate(loggers_list) if lg is d.entry_logger) for d in self._dirs]
         if stats is not None:
-            max_size = int(conf.db_storage_write_cache_max_size_mb) * _MiB
-            batch = int(conf.db_storage_read_ahead_cache_batch_size)
+            max_size = settings.write_cache_bytes
+            batch = settings.read_ahead_batch_entries
             stats.gauge("write_cache_max_size", lambda: max_size)
             stats.gauge("readahead_max_batch_size", lambda: batch)
         if n == 1:
@@ -91,6 +91,14 @@ class DbLedgerStorage:
             single = self._dirs[0]
             for name in _DIRECT_METHODS:
                 setattr(self, name, getattr(single, name))
+
+    @classmethod
+    def from_conf(cls, ledger_dirs: Sequence[str | os.PathLike[str]],
+                  index_dirs: Sequence[str | os.PathLike[str]] | None, conf,
+                  entry_logger: EntryLogger | Sequence[EntryLogger] | None = None,
+                  stats: StatsLogger | None = None) -> DbLedgerStorage:
+        """The storage with the dbStorage_* and entry-log keys of a ServerConfiguration."""
+        return cls(ledger_dirs, index_dirs, DbStorageSettings.from_conf(conf), entry_logger, stats)
 
     def _dir(self, ledger_id: int, scope_id: int) -> SingleDirectoryDbLedgerStorage:
         dirs = self._dirs

@@ -32,11 +32,12 @@ from bkfast.errors import (
     StorageCorruptionError,
     missing_entry_error,
 )
-from bkfast.indexstorage.ledger_cache import LedgerCache, default_open_file_limit
+from bkfast.indexstorage.ledger_cache import LedgerCache
 from bkfast.indexstorage.memtable import Memtable
+from bkfast.indexstorage.settings import IndexStorageSettings
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entry_header import entry_lac
-from bkfast.storage.entrylogger import EntryLogger, EntryLoggerSettings
+from bkfast.storage.entrylogger import EntryLogger
 from bkfast.threads import FLUSH, NamedThread
 
 __all__ = ["IndexedLedgerStorage"]
@@ -49,7 +50,8 @@ class IndexedLedgerStorage:
     """Entries on entry logs, locations and ledger headers in per-ledger `.idx` files."""
 
     def __init__(self, ledger_dirs: Sequence[str | os.PathLike[str]],
-                 index_dirs: Sequence[str | os.PathLike[str]] | None, conf, *, sorted: bool = True,
+                 index_dirs: Sequence[str | os.PathLike[str]] | None, settings: IndexStorageSettings, *,
+                 sorted: bool = True,
                  entry_logger: EntryLogger | None = None, stats: StatsLogger | None = None):
         """`stats`: the `bookie` scope logger. Java's InterleavedLedgerStorage records STORAGE_GET_OFFSET and
         STORAGE_GET_ENTRY there, and its garbage collector under scope `gc` (gc_stats_loggers)."""
@@ -61,13 +63,9 @@ class IndexedLedgerStorage:
         self.index_dirs = index_dirs
         self._owns_logger = entry_logger is None
         self._logger = (entry_logger if entry_logger is not None
-                        else EntryLogger(ledger_dirs, EntryLoggerSettings.from_conf(conf)))
-        open_limit = conf.get("openFileLimit", None)
-        self._cache = LedgerCache(
-            index_dirs, int(conf.page_size), int(conf.page_limit),
-            # never more open index files than the process's descriptor limit allows
-            min(int(open_limit), default_open_file_limit()) if open_limit else default_open_file_limit(),
-            int(conf.file_info_format_version_to_write), self._sync_entry_logs)
+                        else EntryLogger(ledger_dirs, settings.entry_logger))
+        self._cache = LedgerCache(index_dirs, settings.page_size, settings.page_limit, settings.open_file_limit,
+                                  settings.file_info_version, self._sync_entry_logs)
         self._log_unsynced = False
         self._flush_lock = threading.Lock()   # one memtable drain at a time; delete vs drain
         self._add_lock = threading.Lock()     # interleaved add (log append + index put) vs delete
@@ -80,12 +78,20 @@ class IndexedLedgerStorage:
         self._flush_thread: threading.Thread | None = None
         self._flush_event = threading.Event()
         if sorted:
-            self._memtable = Memtable(int(conf.skip_list_size_limit))
+            self._memtable = Memtable(settings.skip_list_size_limit)
             self._flush_thread = NamedThread(self._flush_loop, f"{FLUSH}-0")
             self._flush_thread.start()
         log.info("file-based index storage (%s) on ledger dirs %s, index dirs %s: pageSize %d, pageLimit %d, "
                  "open files %d", "sorted" if sorted else "interleaved", ledger_dirs, index_dirs,
-                 int(conf.page_size), self._cache.page_limit, self._cache.open_file_limit)
+                 settings.page_size, self._cache.page_limit, self._cache.open_file_limit)
+
+    @classmethod
+    def from_conf(cls, ledger_dirs: Sequence[str | os.PathLike[str]],
+                  index_dirs: Sequence[str | os.PathLike[str]] | None, conf, *, sorted: bool = True,
+                  entry_logger: EntryLogger | None = None, stats: StatsLogger | None = None) -> IndexedLedgerStorage:
+        """The storage with the index and entry-log keys of a ServerConfiguration."""
+        return cls(ledger_dirs, index_dirs, IndexStorageSettings.from_conf(conf), sorted=sorted,
+                   entry_logger=entry_logger, stats=stats)
 
     # -- ledger metadata ---------------------------------------------------------------------------
 

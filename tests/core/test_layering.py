@@ -339,7 +339,7 @@ TYPED_SETTINGS_MODULES = [
     "bookie/stats.py", "bookie/storage_full.py", "bookie/journal.py", "meta/cookies.py", "meta/etcd_driver.py",
     "meta/etcd_kv.py", "meta/etcd_http.py", "meta/etcd_session.py", "meta/etcd_registration.py",
     "meta/etcd_underreplication.py", "client/placement.py", "client/placement_rack.py", "client/placement_region.py",
-    "client/placement_zone.py",
+    "client/placement_zone.py", "dbstorage/directory.py", "dbstorage/storage.py", "indexstorage/storage.py",
 ]
 _CONF_NAMES = frozenset({"conf", "config", "configuration", "_conf"})
 

@@ -52,7 +52,7 @@ def entry(ledger_id: int, entry_id: int, size: int = 40, scope_id: int = 0) -> b
 
 
 def open_storage(tmp_path, **overrides) -> DbLedgerStorage:
-    return DbLedgerStorage([tmp_path / "ledgers"], [tmp_path / "ledgers"], conf(**overrides))
+    return DbLedgerStorage.from_conf([tmp_path / "ledgers"], [tmp_path / "ledgers"], conf(**overrides))
 
 
 def raw_store(path: Path) -> dict[bytes, bytes]:
@@ -115,7 +115,7 @@ def test_flush_syncs_the_entry_log_before_committing_locations(tmp_path):
             super().flush()
 
     logger = OrderCheckingLogger([tmp_path / "ledgers"], EntryLoggerSettings.from_conf(conf()))
-    s = DbLedgerStorage([tmp_path / "ledgers"], None, conf(), entry_logger=logger)
+    s = DbLedgerStorage.from_conf([tmp_path / "ledgers"], None, conf(), entry_logger=logger)
     logger.storage = s
     s.add_entry(entry(7, 0))
     s.flush()
@@ -385,7 +385,7 @@ def test_the_flush_thread_empties_a_full_active_half_without_an_explicit_flush(t
 def test_ledgers_are_routed_to_dirs_by_ledger_id_mod_dir_count_as_java_does(tmp_path):
     ledger_dirs = [tmp_path / "l0", tmp_path / "l1"]
     index_dirs = [tmp_path / "i0", tmp_path / "i1"]
-    s = DbLedgerStorage(ledger_dirs, index_dirs, conf())
+    s = DbLedgerStorage.from_conf(ledger_dirs, index_dirs, conf())
     for lid in range(6):
         s.set_master_key(lid, KEY)
         s.add_entry(entry(lid, 0))
@@ -395,7 +395,7 @@ def test_ledgers_are_routed_to_dirs_by_ledger_id_mod_dir_count_as_java_does(tmp_
         assert keys.keys() == {struct.pack(">qq", lid, 0) for lid in range(n, 6, 2)}
         assert list((ledger_dirs[n] / "current").glob("*.log"))
         assert not (ledger_dirs[n] / "current" / "locations").exists()
-    s = DbLedgerStorage(ledger_dirs, index_dirs, conf())
+    s = DbLedgerStorage.from_conf(ledger_dirs, index_dirs, conf())
     assert s.list_ledgers() == list(range(6))
     assert [s.get_entry(lid, 0) for lid in range(6)] == [entry(lid, 0) for lid in range(6)]
     s.close()
@@ -410,7 +410,7 @@ def test_a_java_bookies_db_ledger_storage_is_served_entry_for_entry(tmp_path):
     # Much of Java's index is still in RocksDB write-ahead logs (000004.log): recovered on open.
     assert (ledger_dir / "current" / "locations" / "000004.log").stat().st_size > 0
 
-    s = DbLedgerStorage([ledger_dir], [ledger_dir], ServerConfiguration())
+    s = DbLedgerStorage.from_conf([ledger_dir], [ledger_dir], ServerConfiguration())
     assert s.list_ledgers() == [lg["ledgerId"] for lg in manifest["ledgers"]]
     checked = 0
     for lg in manifest["ledgers"]:
@@ -437,7 +437,7 @@ def test_a_java_bookies_db_ledger_storage_is_served_entry_for_entry(tmp_path):
     s.add_entry(entry(5, 0))
     s.close()
     assert (ledger_dir / "current" / "2.log").exists()
-    s = DbLedgerStorage([ledger_dir], None, ServerConfiguration())
+    s = DbLedgerStorage.from_conf([ledger_dir], None, ServerConfiguration())
     assert s.get_entry(5, 0) == entry(5, 0) and s.get_entry(0, 399) == s.get_entry(0, -1)
     s.close()
 

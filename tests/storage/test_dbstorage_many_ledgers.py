@@ -55,7 +55,7 @@ def _conf(tmp_path) -> ServerConfiguration:
 def test_flush_of_many_one_entry_ledgers_writes_slices_not_one_call_per_ledger(tmp_path):
     conf = _conf(tmp_path)
     logger = CountingEntryLogger([tmp_path / "l"], EntryLoggerSettings.from_conf(conf))
-    storage = DbLedgerStorage([tmp_path / "l"], None, conf, entry_logger=logger)
+    storage = DbLedgerStorage.from_conf([tmp_path / "l"], None, conf, entry_logger=logger)
     payload = b"p" * 50
     try:
         for lid in range(1, LEDGERS + 1):
@@ -69,7 +69,7 @@ def test_flush_of_many_one_entry_ledgers_writes_slices_not_one_call_per_ledger(t
         storage.close()
         logger.close()
     # what the bulk flush indexed is what a reopened storage (RocksDB state, entry logs) reads back
-    reopened = DbLedgerStorage([tmp_path / "l"], None, conf)
+    reopened = DbLedgerStorage.from_conf([tmp_path / "l"], None, conf)
     try:
         for lid in (1, 2, LEDGERS // 2, LEDGERS):
             assert reopened.get_entry(lid, 0) == encode_entry(lid, 0, -1, 50, payload, DigestType.CRC32C)
@@ -81,7 +81,7 @@ def test_flush_of_many_one_entry_ledgers_writes_slices_not_one_call_per_ledger(t
 
 def test_flush_mixes_big_and_small_ledgers_in_order(tmp_path):
     conf = _conf(tmp_path)
-    storage = DbLedgerStorage([tmp_path / "l"], None, conf)
+    storage = DbLedgerStorage.from_conf([tmp_path / "l"], None, conf)
     expected = {}
     try:
         for lid in range(1, 300):
@@ -95,7 +95,7 @@ def test_flush_mixes_big_and_small_ledgers_in_order(tmp_path):
         storage.checkpoint()
     finally:
         storage.close()
-    reopened = DbLedgerStorage([tmp_path / "l"], None, conf)
+    reopened = DbLedgerStorage.from_conf([tmp_path / "l"], None, conf)
     try:
         for (lid, eid), entry in expected.items():
             assert reopened.get_entry(lid, eid) == entry

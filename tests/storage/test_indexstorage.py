@@ -43,7 +43,7 @@ def kind(request):
 
 
 def open_storage(path, kind, **overrides) -> IndexedLedgerStorage:
-    return IndexedLedgerStorage([str(path)], None, conf(**overrides), sorted=(kind == "sorted"))
+    return IndexedLedgerStorage.from_conf([str(path)], None, conf(**overrides), sorted=(kind == "sorted"))
 
 
 def test_index_file_is_bkle_version_1_byte_for_byte(tmp_path, kind):
@@ -308,7 +308,7 @@ def test_several_ledger_and_index_dirs(tmp_path, kind):
     c = conf(logSizeLimit=64 << 10)  # small logs, so new logs land round-robin in both ledger dirs
 
     def reopen():
-        return IndexedLedgerStorage(ledger_dirs, index_dirs, c, sorted=(kind == "sorted"))
+        return IndexedLedgerStorage.from_conf(ledger_dirs, index_dirs, c, sorted=(kind == "sorted"))
 
     s = reopen()
     for ledger in range(9):

@@ -133,7 +133,7 @@ def test_bookie_on_a_full_ledger_disk_serves_the_journal_tail_with_its_fence_lac
         [(0, 2, e, entry(2, e, size)) for e in range(3)] + [(SCOPE, 3, e, entry(3, e, size, SCOPE)) for e in range(2)]
     with tmpfs(full, 16):
         c = conf(journal, full, dbStorage_writeCacheMaxSizeMb=1, diskCheckInterval=200)
-        DbLedgerStorage([full], None, c).close()    # the index stores exist; then the disk fills
+        DbLedgerStorage.from_conf([full], None, c).close()    # the index stores exist; then the disk fills
         ballast = fill(full)
         bookie = Bookie(c)
         bookie.start()
