@@ -75,6 +75,12 @@ _RETRYABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooT
               ConnectionClosedError)
 
 
+def zk_timeout_from_conf(conf) -> float:
+    """zkTimeout in seconds (10 without a configuration)."""
+    zk_ms = conf.get("zkTimeout") if conf is not None else None
+    return zk_ms / 1000.0 if zk_ms else 10.0
+
+
 class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, PooledDriver, MetadataDriver):
     """``zk+<layout>://host:port[,host:port]/ledgers`` (``;`` also separates hosts). The cluster's LAYOUT
     znode decides the layout; the URI's layout is only a hint. Pass `client` to share a started
@@ -86,8 +92,7 @@ class ZkMetadataDriver(ZkIdGeneration, ZkStreamStore, PooledDriver, MetadataDriv
         self._stats = stats          # a StatsLogger: its own session records Java's ZooKeeper client stats
         self.hosts, self.root, self.uri_layout = parse_metadata_service_uri(uri)
         if zk_timeout_s is None:
-            zk_ms = conf.get("zkTimeout") if conf is not None else None
-            zk_timeout_s = zk_ms / 1000.0 if zk_ms else 10.0
+            zk_timeout_s = zk_timeout_from_conf(conf)
         self.zk_timeout_s = float(zk_timeout_s)
         self.operation_timeout_s = float(operation_timeout_s if operation_timeout_s is not None else zk_timeout_s)
         self.layout = self.uri_layout

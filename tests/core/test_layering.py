@@ -340,18 +340,20 @@ TYPED_SETTINGS_MODULES = [
     "meta/etcd_kv.py", "meta/etcd_http.py", "meta/etcd_session.py", "meta/etcd_registration.py",
     "meta/etcd_underreplication.py", "client/placement.py", "client/placement_rack.py", "client/placement_region.py",
     "client/placement_zone.py", "dbstorage/directory.py", "dbstorage/storage.py", "indexstorage/storage.py",
+    "client/placement_factory.py", "client/topology.py", "meta/zk_driver.py", "meta/zk_layout.py", "tls/authz.py",
 ]
 _CONF_NAMES = frozenset({"conf", "config", "configuration", "_conf"})
 
 
 def _conf_reads(path: Path, root: Path = ROOT) -> list[str]:
-    """`<conf>.get("key")` and any other `<conf>.<attr>` (accessors, is_set) outside a `from_conf`, where
-    `<conf>` is a name or attribute called conf / config / configuration."""
+    """`<conf>.get("key")` and any other `<conf>.<attr>` (accessors, is_set) outside a `from_conf` (a settings
+    class's) or an `<x>_from_conf` builder function, where `<conf>` is a name or attribute called conf / config /
+    configuration."""
     found: list[str] = []
 
     def visit(node: ast.AST, in_from_conf: bool) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            in_from_conf = in_from_conf or node.name == "from_conf"
+            in_from_conf = in_from_conf or node.name == "from_conf" or node.name.endswith("_from_conf")
         if isinstance(node, ast.Attribute) and not in_from_conf:
             base = node.value
             name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
@@ -373,5 +375,6 @@ def test_lower_layers_take_typed_settings_and_never_read_the_configuration():
 def test_the_configuration_read_rule_catches_a_read(tmp_path):
     module = tmp_path / "probe.py"
     module.write_text("class S:\n    @classmethod\n    def from_conf(cls, conf):\n        return conf.get('a')\n\n"
-                      "def f(self, conf):\n    return conf.get('logSizeLimit'), self.conf.page_size, conf\n")
+                      "def f(self, conf):\n    return conf.get('logSizeLimit'), self.conf.page_size, conf\n\n"
+                      "def timeout_from_conf(conf):\n    return conf.get('zkTimeout')\n")
     assert _conf_reads(module, root=tmp_path) == ["probe.py:7 reads conf.get", "probe.py:7 reads conf.page_size"]
