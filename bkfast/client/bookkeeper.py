@@ -37,6 +37,7 @@ from .distribution import check_quorums
 from .handle import LedgerHandle
 from .placement_factory import policy_from_conf
 from .recovery import recover_ledger
+from .settings import ClientSettings
 from .stats import ClientStats, timed
 from .write_handle import WriteHandle, WriteHandleAdv
 
@@ -96,6 +97,7 @@ class AsyncBookKeeper:
         self._rng = random.Random()
         # ensemblePlacementPolicy over the topology of reppDnsResolverClass (docs/placement.md)
         self.placement = policy_from_conf(self.conf, rng=self._rng)
+        self.settings = ClientSettings.from_conf(self.conf)
         self.client_stats.watch_client(self)
         self._cancel_rack_watch = None
         self._disk_weights: DiskWeights | None = None
@@ -163,7 +165,7 @@ class AsyncBookKeeper:
                     first.callback(None)
 
             self._cancel_rack_watch = self.driver.watch_rack_table(on_table)
-            timeout = self.reactor.callLater(self.conf.get("zkTimeout") / 1000.0, late)
+            timeout = self.reactor.callLater(self.settings.zk_timeout_s, late)
             yield first
             if timeout.active():
                 timeout.cancel()
@@ -172,7 +174,7 @@ class AsyncBookKeeper:
         else:
             topology.resolve_local()
         yield self._locate_bookies()
-        if self.conf.get("diskWeightBasedPlacementEnabled"):
+        if self.settings.disk_weight_placement:
             self._disk_weights = DiskWeights(self)
             self._disk_weights.start()
 
@@ -236,7 +238,7 @@ class AsyncBookKeeper:
     def _new_metadata(self, ensemble_size, write_quorum, ack_quorum, digest_type, password, custom_metadata,
                       scope_id) -> LedgerMetadata:
         check_quorums(ensemble_size, write_quorum, ack_quorum)
-        digest = DigestType.parse(digest_type if digest_type is not None else self.conf.get("digestType"))
+        digest = DigestType.parse(digest_type if digest_type is not None else self.settings.digest_type)
         placement = self.placement
         try:    # prefer bookies that have not failed lately, but do not refuse because of them
             ensemble = placement.new_ensemble(self.writable_bookies, ensemble_size, write_quorum, ack_quorum, scope_id,
@@ -245,7 +247,7 @@ class AsyncBookKeeper:
             ensemble = placement.new_ensemble(self.writable_bookies, ensemble_size, write_quorum, ack_quorum, scope_id)
         custom = {key: (value.encode("utf-8") if isinstance(value, str) else bytes(value))
                   for key, value in (custom_metadata or {}).items()}
-        ctime = int(time.time() * 1000) if self.conf.get("storeSystemtimeAsLedgerCreationTime") else None
+        ctime = int(time.time() * 1000) if self.settings.store_ctime else None
         return LedgerMetadata(ensemble_size=ensemble_size, write_quorum_size=write_quorum, ack_quorum_size=ack_quorum,
                               ensembles=((0, ensemble),), digest_type=digest, password=_password(password),
                               ctime=ctime, custom_metadata=custom)

@@ -23,8 +23,8 @@ class DiskWeights:
 
     def __init__(self, bk):
         self.bk = bk
-        self.interval_s = bk.conf.get("getBookieInfoIntervalSeconds")
-        self.retry_s = bk.conf.get("getBookieInfoRetryIntervalSeconds")
+        self.interval_s = bk.settings.bookie_info_interval_s
+        self.retry_s = bk.settings.bookie_info_retry_interval_s
         self.free: dict[str, int] = {}
         self.rounds = 0
         self._loop: task.LoopingCall | None = None

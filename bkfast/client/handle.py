@@ -30,7 +30,7 @@ class LedgerHandle:
     def __init__(self, bk, ledger: LedgerId, versioned: Versioned, password: bytes):
         self.bk = bk
         self.reactor = bk.reactor
-        self.conf = bk.conf
+        self.settings = bk.settings
         self.bookie_client = bk.bookie_client
         self._stats = stats_of(bk)
         self.ledger = ledger

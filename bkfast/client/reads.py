@@ -76,10 +76,9 @@ class _ReadBatch:
                                   (int(handle.digest.digest_type), handle.digest.mac_key, handle.scope_id),
                                   self._failed, self._finished, _plain_read_frame, self.v3,
                                   scope_field(handle.scope_id))
-        if handle.conf.get("reorderReadSequenceEnabled"):
+        if handle.settings.reorder_read_sequence:
             self.core.write_sets.update(_reordered_write_sets(handle.bk, md))
-        spec_ms = handle.conf.get("speculativeReadTimeout")
-        self.speculative_s = spec_ms / 1000.0 if spec_ms > 0 else None
+        self.speculative_s = handle.settings.speculative_read_timeout_s
         self.read_timeout = client.read_timeout
         self.sweeper: task.LoopingCall | None = None
 

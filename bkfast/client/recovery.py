@@ -77,7 +77,7 @@ async def _recover(bk, ledger, versioned: Versioned, password: bytes, stats) -> 
              lac, length)
     handle.last_add_confirmed = handle.last_add_pushed = lac
     handle.length = handle.confirmed_length = length
-    batch = max(1, bk.conf.get("recoveryReadBatchSize"))
+    batch = bk.settings.recovery_read_batch_size
     recovered = 0
     next_entry = lac + 1
     while True:

@@ -85,7 +85,7 @@ class WriteHandle(LedgerHandle):
         client = self.bookie_client
         self._set_fault_domains(self.metadata.last_ensemble[1])
         self._max_entry = max_entry_size(client.max_frame_size)
-        throttle = self.conf.get("throttle")
+        throttle = self.settings.throttle
         self._throttle = AddThrottle(throttle, self.reactor, self._send_waiting) \
             if throttle > 0 and not recovery else None
         self._changing_ensemble = False
@@ -102,11 +102,11 @@ class WriteHandle(LedgerHandle):
         self._drained_waiters: list[defer.Deferred] = []
         self._explicit_lac_written = -1
         self._explicit_lac_loop: task.LoopingCall | None = None
-        interval_ms = self.conf.get("explicitLacInterval")
-        if interval_ms > 0 and not recovery:
+        interval_s = self.settings.explicit_lac_interval_s
+        if interval_s is not None and not recovery:
             self._explicit_lac_loop = task.LoopingCall(self._write_explicit_lac)
             self._explicit_lac_loop.clock = self.reactor
-            self._explicit_lac_loop.start(interval_ms / 1000.0, now=False)
+            self._explicit_lac_loop.start(interval_s, now=False)
         # Timeouts of tracked adds (the general path's requests time out in their channels): a sweeper
         # that runs while adds are pending, so an idle or forgotten handle schedules nothing.
         self._timeout_loop: task.LoopingCall | None = None

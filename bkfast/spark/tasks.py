@@ -146,7 +146,7 @@ def write_task(opts, write_id: str, batches) -> TaskSegment:
                                            "bkfast.task": f"{partition}.{attempt}"})
     records, first_ts, last_ts = 0, 0, 0
     in_flight = None
-    max_frame = int(bk.async_client.conf.get("nettyMaxFrameSizeBytes"))
+    max_frame = bk.async_client.bookie_client.max_frame_size
     try:
         pending: list[bytes] = []
         for rb in batches:

@@ -154,7 +154,7 @@ class AsyncNamespace:
     def check_records(self, values, keys=None) -> None:
         """Raise EntryTooLargeError for the first of `values` (with `keys`) that no stream entry can hold
         (the client's nettyMaxFrameSizeBytes less all framing): a check that needs no writer."""
-        check_records(int(self.bk.conf.get("nettyMaxFrameSizeBytes")), list(values), keys)
+        check_records(self.bk.bookie_client.max_frame_size, list(values), keys)
 
     def open_reader(self, name: str, start=EARLIEST, password: bytes = b"", **options) -> defer.Deferred:
         """A reader from `start`: EARLIEST, LATEST, a DLSN / "seq:entry:slot", or a timestamp (ms or datetime)."""

@@ -123,7 +123,7 @@ class AsyncStreamWriter:
         self.last_position: DLSN | None = None
         self._control_sent_at = -2
         self._closing = False
-        self._max_frame = int(self.bk.conf.get("nettyMaxFrameSizeBytes"))
+        self._max_frame = self.bk.bookie_client.max_frame_size
         self._max_payload = max_batch_payload(self._max_frame)
         self._guard = RollGuard(self.reactor, name, options.max_failed_rolls, options.roll_backoff_ms,
                                 options.max_failed_segments_per_minute)
