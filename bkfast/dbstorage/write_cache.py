@@ -13,87 +13,25 @@ The bookie server never lets an add wait on its reactor: it sets `room_listener`
 does not fit raises StorageBusyError at once and the listener is called when a swap or a finished
 flush makes room (the server holds the add meanwhile and stops reading from that connection).
 
+Each half is a C structure (bkfast._writecache: entry bytes in arena segments, a C index, its own mutex),
+so no cached entry is a Python object and code running without the GIL can put and look up entries.
+
 Must never: do I/O, or block an add for longer than max_wait_s. Ledgers are named by an opaque int key
 (bkfast.dbstorage.index.qualified_key); entry ids are ints. Sizes count each entry's bytes plus a fixed
-per-entry overhead standing for the Python objects that hold it.
+per-entry (and per-ledger) overhead standing for the index that holds it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from itertools import islice
+from collections.abc import Callable
 
 from bkfast._stats import OpStats, now_ns
+from bkfast._writecache import ENTRY_OVERHEAD, LEDGER_OVERHEAD, WriteCacheHalf
 from bkfast.errors import StorageBusyError, WriteCacheFullError
 
-__all__ = ["ENTRY_OVERHEAD", "WriteCache", "WriteCacheHalf"]
-
-ENTRY_OVERHEAD = 64
-"""Bytes charged per cached entry besides its data (dict slot and bytes object header)."""
-LEDGER_OVERHEAD = 320
-"""Bytes charged per ledger in a half (its _Ledger, entry dict, key and slot: ~300 B measured), so that a
-half of many one-entry ledgers stays within its size (1,000,000 such ledgers held ~300 MB uncounted)."""
-
-
-class _Ledger:
-    __slots__ = ("entries", "last")
-
-    def __init__(self):
-        self.entries: dict[int, bytes] = {}
-        self.last = -1
-
-
-class WriteCacheHalf:
-    """One half: {ledger key: {entry id: bytes}} plus each ledger's highest entry id."""
-
-    __slots__ = ("ledgers", "size", "count")
-
-    def __init__(self):
-        self.ledgers: dict[int, _Ledger] = {}
-        self.size = 0
-        self.count = 0
-
-    def put(self, key: int, entry_id: int, data: bytes) -> None:
-        ledger = self.ledgers.get(key)
-        if ledger is None:
-            ledger = self.ledgers[key] = _Ledger()
-            self.size += LEDGER_OVERHEAD
-        old = ledger.entries.get(entry_id)
-        ledger.entries[entry_id] = data
-        if old is None:
-            self.count += 1
-            self.size += len(data) + ENTRY_OVERHEAD
-        else:
-            self.size += len(data) - len(old)
-        if entry_id > ledger.last:
-            ledger.last = entry_id
-
-    def get(self, key: int, entry_id: int) -> bytes | None:
-        ledger = self.ledgers.get(key)
-        return None if ledger is None else ledger.entries.get(entry_id)
-
-    def last_entry(self, key: int) -> int:
-        ledger = self.ledgers.get(key)
-        return -1 if ledger is None else ledger.last
-
-    def entry_ids(self, key: int) -> list[int]:
-        ledger = self.ledgers.get(key)
-        return [] if ledger is None else list(ledger.entries)
-
-    def delete_ledger(self, key: int) -> None:
-        ledger = self.ledgers.pop(key, None)
-        if ledger is not None:
-            self.count -= len(ledger.entries)
-            self.size -= sum(len(d) + ENTRY_OVERHEAD for d in ledger.entries.values()) + LEDGER_OVERHEAD
-
-    def sorted_runs(self) -> Iterator[tuple[int, list[int], list[bytes]]]:
-        """(ledger key, entry ids ascending, their data) for each ledger, by ascending key."""
-        for key in sorted(self.ledgers):
-            entries = self.ledgers[key].entries
-            ids = sorted(entries)
-            yield key, ids, [entries[i] for i in ids]
+__all__ = ["ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "WriteCache", "WriteCacheHalf"]
 
 
 class WriteCache:
@@ -130,28 +68,13 @@ class WriteCache:
         return self._active.size
 
     def put(self, key: int, entry_id: int, data: bytes) -> None:
-        need = len(data) + ENTRY_OVERHEAD
-        # The common case, WriteCacheHalf.put inlined, under the bare lock (a Condition's __enter__ is
-        # Python code): this runs once per add on the reactor thread.
+        # The common case first, under the bare lock (a Condition's __enter__ is Python code): this runs
+        # once per add on the reactor thread. (The half has its own mutex too: this lock orders puts
+        # against swaps, and is what a waiting put sleeps on.)
         with self._lock:
-            active = self._active
-            ledger = active.ledgers.get(key)
-            if active.size + need + (LEDGER_OVERHEAD if ledger is None else 0) <= self.half_size:
-                if ledger is None:
-                    ledger = active.ledgers[key] = _Ledger()
-                    active.size += LEDGER_OVERHEAD
-                entries = ledger.entries
-                old = entries.get(entry_id)
-                entries[entry_id] = data
-                if old is None:
-                    active.count += 1
-                    active.size += need
-                else:
-                    active.size += len(data) - len(old)
-                if entry_id > ledger.last:
-                    ledger.last = entry_id
+            if self._active.try_put(key, entry_id, data, self.half_size):
                 return
-        need += LEDGER_OVERHEAD          # at most: the ledger may be new to the half it goes to
+        need = len(data) + ENTRY_OVERHEAD + LEDGER_OVERHEAD   # at most: the ledger may be new to the half
         if need > self.half_size:
             raise WriteCacheFullError(
                 f"an entry of {len(data)} bytes is larger than half the write cache ({self.half_size} bytes)")
@@ -163,17 +86,15 @@ class WriteCache:
             self._refused += 1
             self._request_flush()
             raise StorageBusyError(f"write cache full ({self.half_size} bytes per half); flushing")
-        self._wait_and_put(key, entry_id, data, need)
+        self._wait_and_put(key, entry_id, data)
 
-    def _wait_and_put(self, key: int, entry_id: int, data: bytes, need: int) -> None:
+    def _wait_and_put(self, key: int, entry_id: int, data: bytes) -> None:
         deadline = time.monotonic() + self.max_wait_s
         t0 = now_ns()
         self._request_flush()
         with self._cond:
             while True:
-                active = self._active
-                if active.size + need <= self.half_size:
-                    active.put(key, entry_id, data)
+                if self._active.try_put(key, entry_id, data, self.half_size):
                     self.throttle_stats.ok_since(t0)
                     return
                 remaining = deadline - time.monotonic()
@@ -188,14 +109,8 @@ class WriteCache:
     def get(self, key: int, entry_id: int) -> bytes | None:
         # Active first, then flushing: an entry moves from active to flushing at a swap, and leaves the
         # flushing half only after its location is committed, so one of the three places has it.
-        # (WriteCacheHalf.get inlined: this is on every read.)
-        ledger = self._active.ledgers.get(key)
-        if ledger is not None:
-            data = ledger.entries.get(entry_id)
-            if data is not None:
-                return data
-        ledger = self._flushing.ledgers.get(key)
-        return None if ledger is None else ledger.entries.get(entry_id)
+        data = self._active.get(key, entry_id)
+        return data if data is not None else self._flushing.get(key, entry_id)
 
     def last_entry(self, key: int) -> int:
         """Highest cached entry id of a ledger, -1 when none."""
@@ -232,29 +147,9 @@ class WriteCache:
             listener()
 
     def end_flush(self) -> None:
-        """The flushing half is in the entry log and indexed: drop it (its room opens for adds)."""
+        """The flushing half is in the entry log and indexed: drop it (its room opens for adds). Dropping
+        a C half frees a few arena segments: nothing to spread over GIL hand-overs."""
         with self._cond:
-            flushed, self._flushing = self._flushing, WriteCacheHalf()
+            self._flushing = WriteCacheHalf()
             self._cond.notify_all()
         self._announce_room()
-        # Freeing a half (up to hundreds of thousands of entries) takes milliseconds: do it after the
-        # lock is released, so adds interleave with it instead of queueing on the lock (profiled: 11%
-        # of the reactor thread's time was spent waiting here), and in slices handing the GIL over in
-        # between (one dealloc of a whole half held the GIL ~7 ms per 170k entries).
-        _free_in_slices(flushed)
-
-
-FREE_SLICE = 4096
-"""Entries freed per slice when a flushed half is dropped."""
-
-
-def _free_in_slices(half: WriteCacheHalf) -> None:
-    ledgers = half.ledgers
-    while ledgers:
-        _, ledger = ledgers.popitem()
-        entries = ledger.entries
-        while len(entries) > FREE_SLICE:
-            for entry_id in list(islice(entries, FREE_SLICE)):
-                del entries[entry_id]
-            time.sleep(0)
-        entries.clear()

@@ -35,7 +35,7 @@ LAYERS = {
     4: ["storage"],
     3: ["meta"],
     2: ["codec", "_clientpath", "tls", "stats"],
-    1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog"],
+    1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog", "_writecache"],
     0: ["errors", "_protowire", "_bigendian", "_refcodec_v3", "conf_java", "conf_keys", "_stats", "threads"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
