@@ -28,7 +28,17 @@ cdef struct RunItem:            # one entry of a flush's snapshot, sorted by (sc
     uint32_t length
 
 
+cdef class SegmentPool:
+    cdef void *_mutex
+    cdef uint8_t **_free
+    cdef uint32_t _nfree, _max_free
+
+    cdef uint8_t *take(self) noexcept nogil
+    cdef void give(self, uint8_t *segment) noexcept nogil
+
+
 cdef class WriteCacheHalf:
+    cdef SegmentPool _pool
     cdef void *_mutex
     cdef LedgerRecord *_ledgers
     cdef uint32_t _nledgers, _ledgers_cap
@@ -51,6 +61,7 @@ cdef class WriteCacheHalf:
     cdef int _grow_ledger_index(self) noexcept nogil
     cdef uint32_t _add_ledger(self, uint64_t scope_id, uint64_t ledger_id) noexcept nogil
     cdef EntrySlot *_find_slot(self, uint32_t ledger, int64_t entry_id) noexcept nogil
+    cdef EntrySlot *_probe(self, uint32_t ledger, int64_t entry_id, EntrySlot **free_slot) noexcept nogil
     cdef int _rehash(self, uint64_t cap) noexcept nogil
     cdef uint8_t *_reserve(self, uint32_t length, uint32_t *segment, uint32_t *offset) noexcept nogil
     cdef RunItem *_snapshot(self, Py_ssize_t *n) except NULL

@@ -8,7 +8,13 @@ LEDGER_OVERHEAD: int
 SEGMENT_BYTES: int
 RUN_ENTRIES: int
 
+class SegmentPool:
+    def __init__(self, max_segments: int = 0) -> None: ...
+    @property
+    def kept(self) -> int: ...
+
 class WriteCacheHalf:
+    def __init__(self, pool: SegmentPool | None = None) -> None: ...
     @property
     def size(self) -> int: ...
     @property

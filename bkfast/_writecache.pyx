@@ -39,7 +39,7 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_lock(pthread_mutex_t *mutex)
     int pthread_mutex_unlock(pthread_mutex_t *mutex)
 
-__all__ = ["WriteCacheHalf", "ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "SEGMENT_BYTES", "RUN_ENTRIES"]
+__all__ = ["WriteCacheHalf", "SegmentPool", "ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "SEGMENT_BYTES", "RUN_ENTRIES"]
 
 ENTRY_OVERHEAD = 64
 """Bytes charged per cached entry besides its data: its index slot (24 bytes) at the index's lowest fill
@@ -123,10 +123,60 @@ cdef class _SegmentBuffer:
         pass
 
 
-cdef class WriteCacheHalf:
-    """See the module docstring. Keys are bkfast.dbstorage.index.qualified_key ints; entry ids ints."""
+cdef class SegmentPool:
+    """Arena segments (SEGMENT_BYTES each) kept for the next half when a half is dropped, up to
+    `max_segments`: a fresh 1 MiB block from malloc is fresh pages, and faulting them in on the add path
+    cost more than the copy itself (measured: the reactor's CPU per add rose ~0.4 us without the pool).
+    Shared by the two halves of a write cache; its own mutex."""
 
-    def __cinit__(self):
+    def __cinit__(self, uint32_t max_segments=0):
+        self._mutex = malloc(sizeof(pthread_mutex_t))
+        self._max_free = max_segments
+        self._free = <uint8_t **>malloc((max_segments + 1) * sizeof(uint8_t *))
+        if self._mutex == NULL or self._free == NULL:
+            raise MemoryError("segment pool: out of memory")
+        pthread_mutex_init(<pthread_mutex_t *>self._mutex, NULL)
+
+    def __dealloc__(self):
+        cdef uint32_t i
+        if self._free != NULL:
+            for i in range(self._nfree):
+                free(self._free[i])
+            free(self._free)
+        if self._mutex != NULL:
+            pthread_mutex_destroy(<pthread_mutex_t *>self._mutex)
+            free(self._mutex)
+
+    cdef uint8_t *take(self) noexcept nogil:
+        """A segment of SEGMENT_BYTES (a kept one if any); NULL when out of memory."""
+        cdef uint8_t *segment = NULL
+        pthread_mutex_lock(<pthread_mutex_t *>self._mutex)
+        if self._nfree:
+            self._nfree -= 1
+            segment = self._free[self._nfree]
+        pthread_mutex_unlock(<pthread_mutex_t *>self._mutex)
+        return segment if segment != NULL else <uint8_t *>malloc(C_SEGMENT_BYTES)
+
+    cdef void give(self, uint8_t *segment) noexcept nogil:
+        pthread_mutex_lock(<pthread_mutex_t *>self._mutex)
+        if self._nfree < self._max_free:
+            self._free[self._nfree] = segment
+            self._nfree += 1
+            segment = NULL
+        pthread_mutex_unlock(<pthread_mutex_t *>self._mutex)
+        free(segment)
+
+    @property
+    def kept(self) -> int:
+        return self._nfree
+
+
+cdef class WriteCacheHalf:
+    """See the module docstring. Keys are bkfast.dbstorage.index.qualified_key ints; entry ids ints.
+    `pool`: where its SEGMENT_BYTES segments come from and go back to (none: malloc and free)."""
+
+    def __cinit__(self, SegmentPool pool=None):
+        self._pool = pool
         self._mutex = malloc(sizeof(pthread_mutex_t))
         self._ledgers_cap = 16
         self._ledgers = <LedgerRecord *>malloc(self._ledgers_cap * sizeof(LedgerRecord))
@@ -147,7 +197,10 @@ cdef class WriteCacheHalf:
         cdef uint32_t i
         if self._segments != NULL:
             for i in range(self._nsegments):
-                free(self._segments[i])
+                if self._pool is not None and self._segment_sizes[i] == C_SEGMENT_BYTES:
+                    self._pool.give(self._segments[i])
+                else:
+                    free(self._segments[i])
         free(self._segments)
         free(self._segment_sizes)
         free(self._slots)
@@ -209,15 +262,26 @@ cdef class WriteCacheHalf:
 
     cdef EntrySlot *_find_slot(self, uint32_t ledger, int64_t entry_id) noexcept nogil:
         """The slot holding (ledger record index, entry id), NULL when absent."""
+        cdef EntrySlot *free_slot
+        return self._probe(ledger, entry_id, &free_slot)
+
+    cdef EntrySlot *_probe(self, uint32_t ledger, int64_t entry_id, EntrySlot **free_slot) noexcept nogil:
+        """As _find_slot; when absent, `free_slot` is where it would go (the first tombstone on its
+        probe path, else the empty slot that ended it)."""
         cdef uint64_t mask = self._slots_cap - 1
         cdef uint64_t at = _entry_hash(ledger, entry_id) & mask
         cdef EntrySlot *slot
+        free_slot[0] = NULL
         while True:
             slot = &self._slots[at]
             if slot.ledger == 0:
+                if free_slot[0] == NULL:
+                    free_slot[0] = slot
                 return NULL
             if slot.ledger == ledger + 1 and slot.entry_id == entry_id:
                 return slot
+            if slot.ledger == TOMBSTONE and free_slot[0] == NULL:
+                free_slot[0] = slot
             at = (at + 1) & mask
 
     cdef int _rehash(self, uint64_t cap) noexcept nogil:
@@ -262,7 +326,10 @@ cdef class WriteCacheHalf:
             self._segment_sizes = sizes
             self._segments_cap *= 2
         size = length if length > C_SEGMENT_BYTES // 4 else C_SEGMENT_BYTES
-        block = <uint8_t *>malloc(size if size > 0 else 1)
+        if size == C_SEGMENT_BYTES and self._pool is not None:
+            block = self._pool.take()
+        else:
+            block = <uint8_t *>malloc(size if size > 0 else 1)
         if block == NULL:
             return NULL
         self._segments[self._nsegments] = block
@@ -288,12 +355,12 @@ cdef class WriteCacheHalf:
                          uint32_t length, Py_ssize_t limit) noexcept nogil:
         cdef uint32_t ledger, segment, offset
         cdef Py_ssize_t need = length
-        cdef EntrySlot *slot
-        cdef EntrySlot *reuse = NULL
+        cdef EntrySlot *slot = NULL
+        cdef EntrySlot *free_slot = NULL
         cdef uint8_t *room
-        cdef uint64_t at, mask
         ledger = self._find_ledger(scope_id, ledger_id)
-        slot = NULL if ledger == NOT_FOUND else self._find_slot(ledger, entry_id)
+        if ledger != NOT_FOUND:
+            slot = self._probe(ledger, entry_id, &free_slot)
         if slot == NULL:
             need += C_ENTRY_OVERHEAD + (C_LEDGER_OVERHEAD if ledger == NOT_FOUND else 0)
         if limit >= 0 and self.size + need > limit:
@@ -302,30 +369,25 @@ cdef class WriteCacheHalf:
             ledger = self._add_ledger(scope_id, ledger_id)
             if ledger == NOT_FOUND:
                 return PUT_NO_MEMORY
-        if slot == NULL and (self._slots_used + 1) * 4 > self._slots_cap * 3:
-            if self._rehash(self._slots_cap * 2 if self.count * 2 >= <Py_ssize_t>self._slots_cap
-                            else self._slots_cap) < 0:
-                return PUT_NO_MEMORY
         room = self._reserve(length, &segment, &offset)
         if room == NULL:
             return PUT_NO_MEMORY
-        memcpy(room, data, length)
         if slot == NULL:
-            mask = self._slots_cap - 1
-            at = _entry_hash(ledger, entry_id) & mask
-            while self._slots[at].ledger != 0:
-                if reuse == NULL and self._slots[at].ledger == TOMBSTONE:
-                    reuse = &self._slots[at]
-                at = (at + 1) & mask
-            if reuse != NULL:
-                slot = reuse
-            else:
-                slot = &self._slots[at]
+            if (self._slots_used + 1) * 4 > self._slots_cap * 3:
+                if self._rehash(self._slots_cap * 2 if self.count * 2 >= <Py_ssize_t>self._slots_cap
+                                else self._slots_cap) < 0:
+                    return PUT_NO_MEMORY
+                free_slot = NULL
+            if free_slot == NULL:
+                self._probe(ledger, entry_id, &free_slot)
+            slot = free_slot
+            if slot.ledger == 0:
                 self._slots_used += 1
             slot.ledger = ledger + 1
             slot.entry_id = entry_id
             self._ledgers[ledger].count += 1
             self.count += 1
+        memcpy(room, data, length)
         slot.segment, slot.offset, slot.length = segment, offset, length
         if entry_id > self._ledgers[ledger].last:
             self._ledgers[ledger].last = entry_id

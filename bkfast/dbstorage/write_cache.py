@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from bkfast._stats import OpStats, now_ns
-from bkfast._writecache import ENTRY_OVERHEAD, LEDGER_OVERHEAD, WriteCacheHalf
+from bkfast._writecache import ENTRY_OVERHEAD, LEDGER_OVERHEAD, SEGMENT_BYTES, SegmentPool, WriteCacheHalf
 from bkfast.errors import StorageBusyError, WriteCacheFullError
 
 __all__ = ["ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "WriteCache", "WriteCacheHalf"]
@@ -43,8 +43,10 @@ class WriteCache:
         self._request_flush = request_flush
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._active = WriteCacheHalf()
-        self._flushing = WriteCacheHalf()
+        # Both halves' worth of arena segments are kept warm between halves (see SegmentPool).
+        self._pool = SegmentPool(2 * (self.half_size // SEGMENT_BYTES + 1))
+        self._active = WriteCacheHalf(self._pool)
+        self._flushing = WriteCacheHalf(self._pool)
         # Set by the bookie server: puts never wait, and room_listener() runs when a swap or a finished
         # flush makes room after a refused put.
         self.room_listener: Callable[[], None] | None = None
@@ -131,7 +133,7 @@ class WriteCache:
         with self._cond:
             if self._flushing.count:
                 return self._flushing, True
-            half, self._active = self._active, WriteCacheHalf()
+            half, self._active = self._active, WriteCacheHalf(self._pool)
             self._flushing = half
             self._cond.notify_all()
         self._announce_room()
@@ -148,8 +150,8 @@ class WriteCache:
 
     def end_flush(self) -> None:
         """The flushing half is in the entry log and indexed: drop it (its room opens for adds). Dropping
-        a C half frees a few arena segments: nothing to spread over GIL hand-overs."""
+        a C half hands its arena segments to the pool: nothing to spread over GIL hand-overs."""
         with self._cond:
-            self._flushing = WriteCacheHalf()
+            self._flushing = WriteCacheHalf(self._pool)
             self._cond.notify_all()
         self._announce_room()

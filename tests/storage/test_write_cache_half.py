@@ -9,7 +9,14 @@ import threading
 
 import pytest
 
-from bkfast._writecache import ENTRY_OVERHEAD, LEDGER_OVERHEAD, RUN_ENTRIES, SEGMENT_BYTES, WriteCacheHalf
+from bkfast._writecache import (
+    ENTRY_OVERHEAD,
+    LEDGER_OVERHEAD,
+    RUN_ENTRIES,
+    SEGMENT_BYTES,
+    SegmentPool,
+    WriteCacheHalf,
+)
 
 SCOPED = (7 << 64) | 3                      # a 128-bit ledger: scope 7, ledger 3
 
@@ -128,3 +135,21 @@ def test_negative_keys_and_oversized_keys_are_refused():
     with pytest.raises(OverflowError):
         half.put(1 << 128, 0, b"x")
     assert half.count == 0
+
+
+def test_a_dropped_half_hands_its_segments_to_the_pool_and_the_next_half_takes_them():
+    pool = SegmentPool(3)
+    half = WriteCacheHalf(pool)
+    for entry_id in range(4 * SEGMENT_BYTES // 1000):          # 4 full segments, and one big entry of its own
+        half.put(1, entry_id, bytes(1000))
+    half.put(2, 0, bytes(SEGMENT_BYTES))
+    views = [v for _, _, chunk in half.sorted_runs() for v in chunk]
+    del half
+    gc.collect()
+    assert pool.kept == 0                                      # the views keep the half (and its segments)
+    del views
+    gc.collect()
+    assert pool.kept == 3                                      # at most max_segments kept; the big one freed
+    again = WriteCacheHalf(pool)
+    again.put(1, 0, b"reused")
+    assert (pool.kept, again.get(1, 0)) == (2, b"reused")
