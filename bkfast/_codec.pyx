@@ -20,6 +20,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.string cimport memcmp, memcpy, memmove
 
 from bkfast._bigendian cimport get_i32, get_i64, get_u32, get_u64, put_u32, put_u64
+from bkfast._entryheader cimport peek_ids
 from bkfast._protowire cimport pw_put_varint, pw_varint_size
 
 from bkfast.errors import (
@@ -418,17 +419,17 @@ def peek_entry_ids(data):
     A bookie does this on every add: it stores entries verbatim and never knows the digest type.
     """
     cdef Py_buffer view
-    cdef const uint8_t *p
+    cdef uint64_t scope_id
+    cdef int64_t ledger_id, entry_id
+    cdef int version
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        p = <const uint8_t*>view.buf
-        if view.len >= 1 and (p[0] & 0x80):
-            if view.len < 25:
-                raise TruncatedEntryError(f"scoped entry of {view.len} bytes is too short for its ids")
-            return 2, get_u64(p + 1), get_i64(p + 9), get_i64(p + 17)
-        if view.len < 16:
-            raise TruncatedEntryError(f"entry of {view.len} bytes is too short for its ids")
-        return 1, 0, get_i64(p), get_i64(p + 8)
+        version = peek_ids(<const uint8_t*>view.buf, view.len, &scope_id, &ledger_id, &entry_id)
+        if version < 0:
+            scoped = view.len >= 1 and ((<const uint8_t*>view.buf)[0] & 0x80)
+            raise TruncatedEntryError(f"{'scoped entry' if scoped else 'entry'} of {view.len} bytes is too "
+                                      "short for its ids")
+        return version, scope_id, ledger_id, entry_id
     finally:
         PyBuffer_Release(&view)
 

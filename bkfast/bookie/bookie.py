@@ -22,10 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from operator import itemgetter
 from pathlib import Path
 
 from bkfast._stats import now_ns
 from bkfast.bookie import journal as journal_mod
+from bkfast.bookie.admission import AddAdmission
 from bkfast.bookie.blocking import SYNC_WAIT_SECONDS, BlockingCalls  # noqa: F401  (SYNC_WAIT_SECONDS: re-exported)
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
@@ -35,20 +37,15 @@ from bkfast.bookie.lac import LacReads, LacTracker, lac_of_buffer
 from bkfast.bookie.read_only import ReadOnlyState
 from bkfast.bookie.settings import BookieSettings
 from bkfast.bookie.stats import BookieStats
-from bkfast.codec import peek_entry_ids
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import (
     BKBookieIOException,
     BKError,
-    BKIllegalOpException,
-    BKLedgerFencedException,
     BKUnauthorizedAccessException,
-    BKWriteOnReadOnlyBookieException,
     StorageBusyError,
 )
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage import thread_stats
-from bkfast.storage.entry_header import entry_lac
 from bkfast.storage.interface import LedgerStorage
 from bkfast.threads import SYNC as SYNC_THREAD
 from bkfast.threads import NamedThread
@@ -213,7 +210,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         self._dispatcher(_run_batch, [(callback, error)])
 
     # --- master keys and fences --------------------------------------------------------------------
-    def _admit(self, scope_id: int, ledger_id: int, master_key: bytes) -> None:
+    def admit_ledger(self, scope_id: int, ledger_id: int, master_key: bytes) -> None:
         """Check the key of a ledger the bookie knows; remember (and journal) it on first sight.
 
         Called with _ledger_lock held. The key record is queued before the request's own record, so
@@ -237,8 +234,9 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         t0 = now_ns()
         try:
             with self._ledger_lock:
-                admission = _AddAdmission(self)
-                ledger_id, entry = admission.store(entry, master_key, recovery, high_priority)
+                admission = AddAdmission(self)
+                admission.admit(0, entry, master_key, recovery, high_priority)
+                ledger_id, entry = admission.store_one(self.storage)
             self._advance_lacs(admission.lacs)
             # Served (a room listener is set), this runs on the reactor, which must not wait for the
             # journal: the rare single add (DEFERRED_SYNC, unbatched v2) is admitted past the queue's
@@ -284,40 +282,35 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         return failures
 
     def _store_adds(self, adds: list) -> tuple[list, list[int], list[bytes], list[int] | None, int]:
-        """The admission and the ledger storage put of each add, under the ledger lock: (failures, accepted
-        indices, their records, each record's journal (several journals only), accepted recovery adds)."""
+        """The admission of each add, then one ledger storage call for the admitted ones, under the ledger
+        lock: (failures, accepted indices, their records, each record's journal (several journals only),
+        accepted recovery adds)."""
         failures: list = []
-        accepted: list[int] = []
-        records: list[bytes] = []
-        n_journals = len(self.journals)
-        which: list[int] | None = [] if n_journals > 1 else None   # each record's journal (several only)
-        recoveries = 0
         with self._ledger_lock:
-            admission = _AddAdmission(self)
+            admission = AddAdmission(self)
             for i, (entry, master_key, recovery, high_priority) in enumerate(adds):
                 try:
-                    ledger_id, record = admission.store(entry, master_key, recovery, high_priority)
-                except StorageBusyError as error:
-                    # The write cache is full: this add and every later one of the batch wait (in order)
-                    # for the room the flush makes; nothing of them is stored or journaled.
-                    failures.extend((j, error) for j in range(i, len(adds)))
-                    break
+                    admission.admit(i, entry, master_key, recovery, high_priority)
                 except BKError as error:
                     failures.append((i, error))
-                    continue
                 except Exception as error:  # anything unexpected is an I/O error for the client, and logged
-                    log.exception("add of entry %d failed", i)
-                    self._note_io_error(error)
-                    failures.append((i, BKBookieIOException(str(error))))
-                    continue
-                records.append(record)
-                accepted.append(i)
-                if recovery:
-                    recoveries += 1
-                if which is not None:
-                    which.append(ledger_id % n_journals)
+                    failures.append((i, self._unexpected_add_error(i, error)))
+            busy_at = admission.store(self.storage, failures, self._unexpected_add_error)
+        if busy_at is not None:
+            # The write cache is full: this add and every later one of the batch wait (in order) for the
+            # room the flush makes; none of them is stored or journaled, whatever else was wrong with it.
+            busy = next(error for i, error in failures if i == busy_at)
+            failures[:] = [f for f in failures if f[0] < busy_at] + [(i, busy) for i in range(busy_at, len(adds))]
+        elif failures:
+            failures.sort(key=itemgetter(0))
         self._advance_lacs(admission.lacs)
-        return failures, accepted, records, which, recoveries
+        return failures, admission.indices, admission.entries, admission.journals(len(self.journals)), \
+            admission.recoveries
+
+    def _unexpected_add_error(self, index: int, error: Exception) -> BKBookieIOException:
+        log.error("add of entry %d failed", index, exc_info=error)
+        self._note_io_error(error)
+        return BKBookieIOException(str(error))
 
     def _advance_lacs(self, lacs: dict[tuple[int, int], int]) -> None:
         advance = self.lac.advance
@@ -349,7 +342,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         key = (scope_id, ledger_id)
         try:
             with self._ledger_lock:
-                self._admit(scope_id, ledger_id, master_key)
+                self.admit_ledger(scope_id, ledger_id, master_key)
                 newly_fenced = self.storage.set_fenced(ledger_id, scope_id)
                 waiters = self._fences_in_flight.get(key)
                 if waiters is not None:
@@ -397,7 +390,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
                          scope_id: int = 0) -> None:
         try:
             with self._ledger_lock:
-                self._admit(scope_id, ledger_id, master_key)
+                self.admit_ledger(scope_id, ledger_id, master_key)
                 self.storage.set_explicit_lac(ledger_id, bytes(lac_buffer), scope_id)
             if (scope_id, ledger_id) in self.lac:
                 self.lac.advance(scope_id, ledger_id, lac_of_buffer(lac_buffer))
@@ -560,48 +553,6 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         else:
             return
         self.replayed_records += 1
-
-
-class _AddAdmission:
-    """The one home of the rules an add passes before ledger storage takes it — the bookie writable (or
-    the add a recovery / high-priority one), ids not negative, the ledger's master key (checked, or
-    remembered and journaled on first sight), the ledger not fenced (or the add a recovery one) — for one
-    add or every add of one batch. Built and used with the Bookie's ledger lock held throughout, so no
-    fence can come in between: a ledger seen not fenced with a key needs no second look in its batch."""
-
-    __slots__ = ("_bookie", "_read_only", "_is_fenced", "_store", "_admitted", "_tracked", "lacs")
-
-    def __init__(self, bookie: Bookie):
-        self._bookie = bookie
-        self._read_only = bookie.read_only
-        self._is_fenced = bookie.storage_full.fence_check()
-        self._store = bookie.storage.add_entry
-        # (scope, ledger) -> the master key admitted by this object for a ledger seen not fenced
-        self._admitted: dict[tuple[int, int], bytes] = {}
-        self._tracked = bookie.lac.tracked
-        # (scope, ledger) -> the highest LAC the stored entries piggy-back, for ledgers readers track
-        self.lacs: dict[tuple[int, int], int] = {}
-
-    def store(self, entry, master_key: bytes, recovery: bool, high_priority: bool) -> tuple[int, bytes]:
-        """Admit the add and put it in ledger storage: (its ledger id, its bytes: its journal record).
-        Raises the BKError that refuses it (StorageBusyError: ledger storage has no room now)."""
-        if self._read_only and not (recovery or high_priority):
-            raise BKWriteOnReadOnlyBookieException("bookie is read-only")
-        _, scope_id, ledger_id, entry_id = peek_entry_ids(entry)
-        if ledger_id < 0 or entry_id < 0:
-            raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
-        entry = bytes(entry)
-        key = (scope_id, ledger_id)
-        if self._admitted.get(key) != master_key:
-            self._bookie._admit(scope_id, ledger_id, master_key)
-            if not recovery:
-                if self._is_fenced(ledger_id, scope_id):
-                    raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
-                self._admitted[key] = master_key
-        self._store(entry, recovery or high_priority)
-        if key in self._tracked:
-            self.lacs[key] = max(self.lacs.get(key, -1), entry_lac(entry))
-        return ledger_id, entry
 
 
 class _BatchCompletion:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from bkfast._stats import now_ns
+from bkfast._writecache import PUT_ENTRIES_DONE
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported, tests and benchmarks use them)
     FLUSH_PACE_LEAD,
@@ -169,6 +170,28 @@ class SingleDirectoryDbLedgerStorage:
         _, scope_id, ledger_id, entry_id = peek_entry_ids(entry_bytes)
         self.put_entry(scope_id, ledger_id, entry_id, entry_bytes, high_priority)
         return scope_id, ledger_id, entry_id
+
+    def add_entries(self, entries: list[bytes], high_priority: list[bool]) -> tuple[int, BaseException | None]:
+        """LedgerStorage.add_entries: runs of entries that fit the active half in one C call each
+        (bkfast._writecache.put_entries); the entry that does not fit (or is malformed) goes through
+        add_entry, which waits for room, refuses it (StorageBusyError with a room listener) or raises what
+        is wrong with it. Counted as add_entry counts, one call per run."""
+        if self._closed:
+            raise ValueError("the ledger storage is closed")
+        n, start = len(entries), 0
+        while start < n:
+            end, why = self._write_cache.put_entries(entries, start)
+            high = sum(high_priority[start:end])
+            self._pending_high_adds.add(high)
+            self._pending_adds.add(end - start - high)
+            if why == PUT_ENTRIES_DONE:
+                break
+            try:
+                self.add_entry(entries[end], high_priority[end])
+            except Exception as error:
+                return end, error
+            start = end + 1
+        return n, None
 
     def put_entry(self, scope_id: int, ledger_id: int, entry_id: int, entry_bytes,
                   high_priority: bool = False) -> None:

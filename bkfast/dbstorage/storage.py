@@ -27,12 +27,13 @@ from bkfast.dbstorage.settings import DbStorageSettings
 from bkfast.errors import ConfigurationError
 from bkfast.stats import StatsLogger
 from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.interface import add_each
 
 __all__ = ["DbLedgerStorage"]
 
 _DIRECT_METHODS = (
     "set_master_key", "get_master_key", "ledger_exists", "set_fenced", "is_fenced", "set_explicit_lac",
-    "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id",
+    "get_explicit_lac", "list_ledgers", "add_entry", "get_entry", "get_last_entry_id", "add_entries",
     "get_last_add_confirmed", "entries_of_ledger", "delete_ledger", "get_entry_cached", "record_adds",
     "record_memory_reads",
 )
@@ -146,6 +147,10 @@ class DbLedgerStorage:
         return sorted(lid for d in self._dirs for lid in d.list_ledgers(scope_id))
 
     # -- entries -----------------------------------------------------------------------------------
+
+    def add_entries(self, entries: list[bytes], high_priority: list[bool]) -> tuple[int, BaseException | None]:
+        """Several directories: each entry routed by its ids (one directory has its own batch path)."""
+        return add_each(self.add_entry, entries, high_priority)
 
     def add_entry(self, entry_bytes, high_priority: bool = False) -> tuple[int, int, int]:
         """Store an entry as received; return its (scope_id, ledger_id, entry_id). `high_priority`: a

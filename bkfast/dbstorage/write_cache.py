@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from bkfast._stats import OpStats, now_ns
-from bkfast._writecache import ENTRY_OVERHEAD, LEDGER_OVERHEAD, SEGMENT_BYTES, SegmentPool, WriteCacheHalf
+from bkfast._writecache import ENTRY_OVERHEAD, LEDGER_OVERHEAD, SEGMENT_BYTES, SegmentPool, WriteCacheHalf, put_entries
 from bkfast.errors import StorageBusyError, WriteCacheFullError
 
 __all__ = ["ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "WriteCache", "WriteCacheHalf"]
@@ -89,6 +89,13 @@ class WriteCache:
             self._request_flush()
             raise StorageBusyError(f"write cache full ({self.half_size} bytes per half); flushing")
         self._wait_and_put(key, entry_id, data)
+
+    def put_entries(self, entries: list[bytes], start: int) -> tuple[int, int]:
+        """put for entries[start:] (ids from their headers) while they fit the active half, in one C call:
+        bkfast._writecache.put_entries' (first entry not stored, why). That entry is the caller's (put
+        waits or refuses; a malformed one gets its precise error there)."""
+        with self._lock:
+            return put_entries(self._active, entries, start, self.half_size)
 
     def _wait_and_put(self, key: int, entry_id: int, data: bytes) -> None:
         deadline = time.monotonic() + self.max_wait_s

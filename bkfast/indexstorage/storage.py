@@ -38,6 +38,7 @@ from bkfast.indexstorage.settings import IndexStorageSettings
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entry_header import entry_lac
 from bkfast.storage.entrylogger import EntryLogger
+from bkfast.storage.interface import add_each
 from bkfast.threads import FLUSH, NamedThread
 
 __all__ = ["IndexedLedgerStorage"]
@@ -123,6 +124,9 @@ class IndexedLedgerStorage:
         return self._cache.list_ledgers(scope_id)
 
     # -- entries -----------------------------------------------------------------------------------
+
+    def add_entries(self, entries: list[bytes], high_priority: list[bool]) -> tuple[int, BaseException | None]:
+        return add_each(self.add_entry, entries, high_priority)
 
     def add_entry(self, entry_bytes, high_priority: bool = False) -> tuple[int, int, int]:
         """Store an entry as received; return its (scope_id, ledger_id, entry_id). (`high_priority`: the

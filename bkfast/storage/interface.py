@@ -24,9 +24,21 @@ from typing import Protocol
 from bkfast.stats import StatsLogger
 from bkfast.storage.entrylogger import EntryLogger
 
-__all__ = ["LedgerStorage", "StorageDirectory", "EntryBytes"]
+__all__ = ["LedgerStorage", "StorageDirectory", "EntryBytes", "add_each"]
 
 EntryBytes = bytes | bytearray | memoryview
+
+
+def add_each(add_entry: Callable[[bytes, bool], object], entries: list[bytes], high_priority: list[bool],
+             start: int = 0) -> tuple[int, BaseException | None]:
+    """LedgerStorage.add_entries over entries[start:] by one add_entry call each (a storage without a batch
+    path, or the rest of a batch its fast path left)."""
+    for i in range(start, len(entries)):
+        try:
+            add_entry(entries[i], high_priority[i])
+        except Exception as error:
+            return i, error
+    return len(entries), None
 
 
 class StorageDirectory(Protocol):
@@ -74,6 +86,11 @@ class LedgerStorage(Protocol):
     # --- entries ------------------------------------------------------------------------------------
     def add_entry(self, entry_bytes: EntryBytes, high_priority: bool = False) -> tuple[int, int, int]:
         """Store an entry as received; its (scope_id, ledger_id, entry_id)."""
+        ...
+
+    def add_entries(self, entries: list[bytes], high_priority: list[bool]) -> tuple[int, BaseException | None]:
+        """add_entry for each entry in order (the flags as add_entry's `high_priority`), stopping at the
+        first one refused: (how many were stored, the error add_entry raised for the next one, or None)."""
         ...
 
     def get_entry(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes:

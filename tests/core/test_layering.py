@@ -23,19 +23,20 @@ DOC = ROOT / "docs" / "architecture.md"
 
 # layer -> the packages and top-level modules on it; each may import only from lower layers.
 LAYERS = {
-    13: ["cli"],
-    12: ["server"],
-    11: ["http"],
-    10: ["admin", "spark"],
-    9: ["replication", "streams", "bkfast"],
-    8: ["client"],
-    7: ["net", "loadgen"],
-    6: ["bookie"],
-    5: ["dbstorage", "indexstorage"],
-    4: ["storage"],
-    3: ["meta"],
-    2: ["codec", "_clientpath", "tls", "stats"],
-    1: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog", "_writecache"],
+    14: ["cli"],
+    13: ["server"],
+    12: ["http"],
+    11: ["admin", "spark"],
+    10: ["replication", "streams", "bkfast"],
+    9: ["client"],
+    8: ["net", "loadgen"],
+    7: ["bookie"],
+    6: ["dbstorage", "indexstorage"],
+    5: ["storage"],
+    4: ["meta"],
+    3: ["codec", "_clientpath", "tls", "stats"],
+    2: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog", "_writecache"],
+    1: ["_entryheader"],
     0: ["errors", "_protowire", "_bigendian", "_refcodec_v3", "conf_java", "conf_keys", "_stats", "threads"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
