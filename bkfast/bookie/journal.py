@@ -284,12 +284,9 @@ class Journal:
         n_new = len(records)
         if not n_new:
             raise ValueError("log_records needs at least one record")
-        size = 0
-        for record in records:
-            rlen = len(record)
-            if rlen <= 0:
-                raise ValueError("an empty journal record would read back as the end of the log")
-            size += 4 + rlen
+        if not all(records):
+            raise ValueError("an empty journal record would read back as the end of the log")
+        size = sum(map(len, records)) + 4 * n_new
         t = now_ns()
         with self._lock:
             self._admit(bounded, n_new)

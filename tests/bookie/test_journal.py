@@ -506,3 +506,15 @@ def test_bench_journal_cli_runs_one_journal_per_dir(tmp_path):
     assert all(os.listdir(d) == [] for d in dirs)
     refused = CliRunner().invoke(main, ["bench", "journal", "--baseline", "--dir", str(dirs[0]), "--dir", str(dirs[1])])
     assert refused.exit_code != 0 and "give one --dir" in refused.output
+
+
+def test_log_records_refuses_an_empty_record_and_queues_none_of_the_batch(tmp_path):
+    j, sink = open_journal(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="empty journal record"):
+            j.log_records([b"first", b"", memoryview(b"third")], "batch")
+        assert j.log_records([b"ok", memoryview(b"view")], "later") == 4 + 2 + 4 + 4
+        sink.wait_for(2)
+        assert sink.tokens == [None, "later"]             # one token per record, the batch's on its last
+    finally:
+        j.stop()
