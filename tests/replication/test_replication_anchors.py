@@ -32,6 +32,7 @@ from bkfast.replication.rereplicate import DELETED, FAILED, LOST, OK, UNAFFECTED
 from bkfast.replication.settings import AuditorSettings, WorkerSettings
 from bkfast.replication.stats import ReplicationCollector, ReplicationStats
 from bkfast.replication.worker import ReplicationWorker
+from bkfast.server.metadata import MetadataSession
 from tests.client_cluster import Cluster
 from tests.replication_support import check_replicas, shell, shell_json
 from tests.waiting import wait_until
@@ -131,8 +132,15 @@ def test_shell_and_http_recovery_commands(cluster, bk):
 
     # the HTTP handlers on the same ZooKeeper
     conf = ServerConfiguration({"metadataServiceUri": cluster.metadata_uri})
-    context = SimpleNamespace(bookie=SimpleNamespace(conf=conf),
-                              meta=SimpleNamespace(zk=cluster.zk, root=cluster.root), shutting_down=False)
+    meta = MetadataSession(conf)                  # a bookie's metadata session on the same ZooKeeper
+    try:
+        _http_autorecovery_endpoints(SimpleNamespace(bookie=SimpleNamespace(conf=conf), meta=meta,
+                                                     shutting_down=False), urm)
+    finally:
+        meta.close()
+
+
+def _http_autorecovery_endpoints(context, urm):
     services = _Services(context)
     ep = autorecovery_api
     assert ep.list_under_replicated(services, {}, b"") == [77, 0x123456789]
