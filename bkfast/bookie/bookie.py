@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bkfast._stats import now_ns
 from bkfast.bookie import journal as journal_mod
-from bkfast.bookie.admission import AddAdmission
+from bkfast.bookie._admission import AddAdmission
 from bkfast.bookie.blocking import SYNC_WAIT_SECONDS, BlockingCalls  # noqa: F401  (SYNC_WAIT_SECONDS: re-exported)
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
 from bkfast.bookie.gc import GarbageCollector
@@ -288,13 +288,8 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         failures: list = []
         with self._ledger_lock:
             admission = AddAdmission(self)
-            for i, (entry, master_key, recovery, high_priority) in enumerate(adds):
-                try:
-                    admission.admit(i, entry, master_key, recovery, high_priority)
-                except BKError as error:
-                    failures.append((i, error))
-                except Exception as error:  # anything unexpected is an I/O error for the client, and logged
-                    failures.append((i, self._unexpected_add_error(i, error)))
+            # anything unexpected is an I/O error for the client, and logged (_unexpected_add_error)
+            admission.admit_all(adds, failures, self._unexpected_add_error)
             busy_at = admission.store(self.storage, failures, self._unexpected_add_error)
         if busy_at is not None:
             # The write cache is full: this add and every later one of the batch wait (in order) for the
