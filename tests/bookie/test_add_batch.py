@@ -198,6 +198,26 @@ def test_add_entries_checks_each_add_like_add_entry(tmp_path):
         assert bookie.storage.get_master_key(2, 0) == KEY
 
 
+def test_add_entries_checks_the_key_of_every_add_even_in_a_run_of_one_ledger(tmp_path):
+    """Admission skips the lookup for a run of adds to the ledger it admitted last: the key, the scope and
+    the fence must still be each add's own."""
+    with Bookie(_conf(tmp_path)) as bookie:
+        bookie.fence_sync(3, KEY, scope_id=0)                    # ledger 3 of scope 0 fenced; scope 9's is not
+        w = _Waiter()
+        adds = [(_entry(1, 0), KEY, False, False), (_entry(1, 1), OTHER, False, False),
+                (_entry(1, 2), KEY, False, False), (_entry(2, 0), KEY, False, False),
+                (_entry(1, 3), KEY, False, False), (_entry(3, 0, scope_id=9), KEY, False, False),
+                (_entry(3, 0), KEY, False, False), (_entry(3, 1, scope_id=9), OTHER, False, False),
+                (_entry(3, 2, scope_id=9), KEY, False, False)]
+        failures = bookie.add_entries(adds, w)
+        assert [(i, type(e)) for i, e in failures] == [(1, BKUnauthorizedAccessException),
+                                                       (6, BKLedgerFencedException),
+                                                       (7, BKUnauthorizedAccessException)]
+        assert w.wait() == ([0, 2, 3, 4, 5, 8], None)
+        assert bookie.read_entry(3, 2, scope_id=9) == _entry(3, 2, scope_id=9)
+        assert bookie.entries_of_ledger(1) == [0, 2, 3]
+
+
 # --- server -----------------------------------------------------------------------------------------------
 
 class _Dispatcher:
