@@ -13,7 +13,8 @@ $(PY):
 
 # Installed once, and again only when the build inputs change (the package is installed editable, so
 # Python edits need no reinstall; the Cython extensions are rebuilt when a .pyx/.pxd/.pxi/.h changes).
-BUILD_INPUTS := setup.py pyproject.toml $(wildcard bkfast/*.pyx bkfast/*.pxd bkfast/*.pxi bkfast/*.h)
+BUILD_INPUTS := setup.py pyproject.toml $(wildcard bkfast/*.pyx bkfast/*.pxd bkfast/*.pxi bkfast/*.h \
+	bkfast/*/*.pyx bkfast/*/*.pxd bkfast/*/*.pxi)
 
 install: $(VENV)/.installed
 
