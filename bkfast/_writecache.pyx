@@ -571,31 +571,59 @@ PUT_ENTRIES_NO_ROOM = 1
 PUT_ENTRIES_MALFORMED = 2
 
 
+cdef struct PendingPut:
+    uint64_t scope_id
+    int64_t ledger_id
+    int64_t entry_id
+    const uint8_t *data
+    uint32_t length
+
+
 def put_entries(WriteCacheHalf half, list entries, Py_ssize_t start, Py_ssize_t limit):
     """Put entries[start:] (stored entries as received, bytes: their ids come from their headers) into
     `half` in order while the half stays within `limit` bytes: (index of the first entry not stored,
     PUT_ENTRIES_DONE / PUT_ENTRIES_NO_ROOM / PUT_ENTRIES_MALFORMED: too short for its ids, negative ids,
     not bytes or over 4 GiB; the caller's single-entry path says exactly why). One C loop for a whole batch
-    of adds: no Python call per entry."""
-    cdef Py_ssize_t i = start, n = len(entries)
+    of adds, the copies made with the GIL released (the list keeps the bytes alive meanwhile)."""
+    cdef Py_ssize_t n = len(entries), end = start, i, length
     cdef object entry
-    cdef uint64_t scope_id
-    cdef int64_t ledger_id, entry_id
-    cdef Py_ssize_t length
-    cdef int answer
-    while i < n:
-        entry = entries[i]
-        if type(entry) is not bytes:
-            return i, PUT_ENTRIES_MALFORMED
-        length = len(<bytes>entry)
-        if (length > 0xFFFFFFFF or peek_ids(<const uint8_t *>PyBytes_AS_STRING(entry), length, &scope_id,
-                                             &ledger_id, &entry_id) < 0 or ledger_id < 0 or entry_id < 0):
-            return i, PUT_ENTRIES_MALFORMED
-        answer = half.put_c(scope_id, <uint64_t>ledger_id, entry_id,
-                            <const uint8_t *>PyBytes_AS_STRING(entry), <uint32_t>length, limit)
-        if answer == PUT_NO_MEMORY:
-            raise MemoryError("write cache half: out of memory")
-        if answer == PUT_NO_ROOM:
-            return i, PUT_ENTRIES_NO_ROOM
-        i += 1
-    return i, PUT_ENTRIES_DONE
+    cdef PendingPut *puts
+    cdef PendingPut *put
+    cdef int answer = PUT_OK
+    cdef int why = PUT_ENTRIES_DONE
+    if start >= n:
+        return n, why
+    puts = <PendingPut *>malloc((n - start) * sizeof(PendingPut))
+    if puts == NULL:
+        raise MemoryError("write cache: out of memory")
+    try:
+        while end < n:
+            entry = entries[end]
+            if type(entry) is not bytes:
+                why = PUT_ENTRIES_MALFORMED
+                break
+            length = len(<bytes>entry)
+            put = &puts[end - start]
+            if (length > 0xFFFFFFFF or peek_ids(<const uint8_t *>PyBytes_AS_STRING(entry), length, &put.scope_id,
+                                                 &put.ledger_id, &put.entry_id) < 0
+                    or put.ledger_id < 0 or put.entry_id < 0):
+                why = PUT_ENTRIES_MALFORMED
+                break
+            put.data, put.length = <const uint8_t *>PyBytes_AS_STRING(entry), <uint32_t>length
+            end += 1
+        i = start
+        with nogil:
+            while i < end:
+                put = &puts[i - start]
+                answer = half.put_c(put.scope_id, <uint64_t>put.ledger_id, put.entry_id, put.data, put.length,
+                                    limit)
+                if answer != PUT_OK:
+                    break
+                i += 1
+    finally:
+        free(puts)
+    if answer == PUT_NO_MEMORY:
+        raise MemoryError("write cache half: out of memory")
+    if answer == PUT_NO_ROOM:
+        return i, PUT_ENTRIES_NO_ROOM
+    return i, why

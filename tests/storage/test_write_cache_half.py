@@ -12,10 +12,14 @@ import pytest
 from bkfast._writecache import (
     ENTRY_OVERHEAD,
     LEDGER_OVERHEAD,
+    PUT_ENTRIES_DONE,
+    PUT_ENTRIES_MALFORMED,
+    PUT_ENTRIES_NO_ROOM,
     RUN_ENTRIES,
     SEGMENT_BYTES,
     SegmentPool,
     WriteCacheHalf,
+    put_entries,
 )
 
 SCOPED = (7 << 64) | 3                      # a 128-bit ledger: scope 7, ledger 3
@@ -153,3 +157,22 @@ def test_a_dropped_half_hands_its_segments_to_the_pool_and_the_next_half_takes_t
     again = WriteCacheHalf(pool)
     again.put(1, 0, b"reused")
     assert (pool.kept, again.get(1, 0)) == (2, b"reused")
+
+
+def _stored(ledger: int, entry_id: int, payload: bytes = b"p" * 100, scope_id: int = 0) -> bytes:
+    head = (b"\x80" + scope_id.to_bytes(8, "big")) if scope_id else b""
+    return head + ledger.to_bytes(8, "big", signed=True) + entry_id.to_bytes(8, "big", signed=True) + payload
+
+
+def test_put_entries_stores_a_batch_by_header_ids_and_stops_where_an_entry_is_malformed_or_has_no_room():
+    half = WriteCacheHalf()
+    batch = [_stored(1, 0), _stored(4, 7, scope_id=3), b"short", _stored(1, 1)]
+    assert put_entries(half, batch, 0, -1) == (2, PUT_ENTRIES_MALFORMED)
+    assert half.get(1, 0) == batch[0] and half.get((3 << 64) | 4, 7) == batch[1] and half.count == 2
+    assert put_entries(half, batch, 3, -1) == (4, PUT_ENTRIES_DONE)
+    for bad in (_stored(-1, 0, scope_id=3), _stored(1, -5), bytearray(_stored(1, 2))):
+        assert put_entries(half, [bad], 0, -1) == (0, PUT_ENTRIES_MALFORMED)
+    room = half.size + 2 * (116 + ENTRY_OVERHEAD)
+    assert put_entries(half, [_stored(1, e) for e in range(2, 6)], 0, room) == (2, PUT_ENTRIES_NO_ROOM)
+    assert half.last_entry(1) == 3 and half.count == 5
+    assert put_entries(half, [], 0, -1) == (0, PUT_ENTRIES_DONE)
