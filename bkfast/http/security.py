@@ -25,7 +25,7 @@ from bkfast.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HttpSecurity", "https_context_factory", "unauthorized_resource"]
+__all__ = ["HttpSecurity", "https_context_from_conf", "unauthorized_resource"]
 
 _READ_ONLY_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS"})
 
@@ -115,7 +115,7 @@ def unauthorized_resource() -> resource.Resource:
     return _Unauthorized()
 
 
-def https_context_factory(conf):
+def https_context_from_conf(conf):
     """The HTTPS server's context factory (`getContext()`), from the httpServer* keys."""
     from OpenSSL import SSL, crypto
 

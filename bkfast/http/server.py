@@ -25,6 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -227,11 +228,27 @@ class GcDetailsResource(_Leaf):
         return _json(request, 200, self.ctx.bookie.gc_state())
 
 
-def build_site(ctx: AdminContext, security=None) -> server.Site:
+@dataclass(frozen=True)
+class HttpServerSettings:
+    """The admin HTTP server's own keys, read once at its start."""
+
+    host: str | None                # httpServerHost (None: the bookie's bind address)
+    port: int                       # httpServerPort
+    tls: bool                       # httpServerTlsEnable
+    max_request_body_bytes: int     # httpServerMaxRequestBodyBytes
+
+    @classmethod
+    def from_conf(cls, conf) -> HttpServerSettings:
+        return cls(conf.get("httpServerHost") or None, conf.get("httpServerPort"),
+                   bool(conf.get("httpServerTlsEnable")), conf.http_server_max_request_body_bytes)
+
+
+def build_site(ctx: AdminContext, security=None, max_request_body_bytes: int | None = None) -> server.Site:
     """The admin site: the endpoints above, and those of bkfast.http.admin_api and autorecovery_api (spec §9.2)
     under /api/v1/;
     with `security` (bkfast.http.security), mutating requests need its token or client certificate; request
-    bodies and handler CPU are bounded by bkfast.http.limits."""
+    bodies (at most `max_request_body_bytes`, default httpServerMaxRequestBodyBytes) and handler CPU are
+    bounded by bkfast.http.limits."""
     from twisted.internet import reactor
 
     from bkfast.http.autorecovery_api import install_all_admin_apis
@@ -257,7 +274,9 @@ def build_site(ctx: AdminContext, security=None) -> server.Site:
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
     install_all_admin_apis(root, ctx)
-    return AdminSite(root, security, ctx.bookie.conf.http_server_max_request_body_bytes)
+    if max_request_body_bytes is None:
+        max_request_body_bytes = HttpServerSettings.from_conf(ctx.bookie.conf).max_request_body_bytes
+    return AdminSite(root, security, max_request_body_bytes)
 
 
 def start_http_server(reactor, conf, ctx: AdminContext, sock=None):
@@ -267,31 +286,32 @@ def start_http_server(reactor, conf, ctx: AdminContext, sock=None):
 
     The metrics in `ctx` are made and handed to the Bookie by their owner (bkfast.server); this module
     only exposes them."""
-    from bkfast.http.security import HttpSecurity, https_context_factory
+    from bkfast.http.security import HttpSecurity, https_context_from_conf
 
-    interface = conf.get("httpServerHost") or bookie_address(conf).bind_host
+    settings = HttpServerSettings.from_conf(conf)
+    interface = settings.host or bookie_address(conf).bind_host
     security = HttpSecurity.from_conf(conf)
     if not security.required and interface not in ("127.0.0.1", "localhost", "::1"):
         log.warning("admin HTTP API on %s: its mutating endpoints are open to anyone who can reach it; set "
                     "httpServerAuthTokenFile (and/or httpServerTlsEnable with httpServerTrustStorePath)", interface)
-    site = build_site(ctx, security)
+    site = build_site(ctx, security, settings.max_request_body_bytes)
     factory: IProtocolFactory = site
-    tls = conf.get("httpServerTlsEnable")
+    tls = settings.tls
     if sock is not None:
         if tls:
             from twisted.protocols.tls import TLSMemoryBIOFactory
 
-            factory = TLSMemoryBIOFactory(https_context_factory(conf), False, site)
+            factory = TLSMemoryBIOFactory(https_context_from_conf(conf), False, site)
         try:
             sock.listen(50)
             port = reactor.adoptStreamPort(sock.fileno(), sock.family, factory)
         finally:
             sock.close()                # the port holds its own duplicate of the socket
     elif tls:
-        port = reactor.listenSSL(conf.get("httpServerPort"), site, https_context_factory(conf), interface=interface)
+        port = reactor.listenSSL(settings.port, site, https_context_from_conf(conf), interface=interface)
     else:
-        port = reactor.listenTCP(conf.get("httpServerPort"), site, interface=interface)
+        port = reactor.listenTCP(settings.port, site, interface=interface)
     bound = port.getHost()
-    log.info("admin HTTP%s server listening on %s:%d", "S" if conf.get("httpServerTlsEnable") else "",
+    log.info("admin HTTP%s server listening on %s:%d", "S" if tls else "",
              bound.host, bound.port)
     return port

@@ -343,7 +343,7 @@ TYPED_SETTINGS_MODULES = [
     "client/placement_zone.py", "dbstorage/directory.py", "dbstorage/storage.py", "indexstorage/storage.py",
     "client/placement_factory.py", "client/topology.py", "meta/zk_driver.py", "meta/zk_layout.py", "tls/authz.py",
     "client/handle.py", "client/reads.py", "client/write_handle.py", "client/recovery.py", "client/disk_weights.py",
-    "streams/namespace.py", "streams/writer.py", "spark/tasks.py",
+    "streams/namespace.py", "streams/writer.py", "spark/tasks.py", "http/server.py", "http/security.py",
 ]
 _CONF_NAMES = frozenset({"conf", "config", "configuration", "_conf"})
 
