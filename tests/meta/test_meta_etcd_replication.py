@@ -330,29 +330,18 @@ def test_check_ctimes_live_under_their_lowercase_keys_and_an_unknown_check_is_re
 
 # --- the election ---------------------------------------------------------------------------------------------
 
-def test_the_earliest_living_vote_wins_and_the_next_takes_over_when_its_session_closes(scope):
-    first_driver = scope.driver()
-    first, second, third = (scope.election(f"b{i}:3181", s) for i, s in
-                            enumerate((first_driver, scope.driver(), scope.driver()), 1))
+def test_each_candidate_votes_under_auditorelection_and_an_observer_cannot_run(scope):
+    """(Who wins and how the role moves on a session's end or a step down: the driver contract suite, for
+    etcd too.) Here: the votes' keys and values, and the observer's refusal."""
+    first, second = scope.election("b1:3181", scope.driver()), scope.election("b2:3181", scope.driver())
     observer = scope.election(None)
     assert observer.current_auditor() is None
     with pytest.raises(ValueError, match="observer"):
         observer.run_once()
-    assert first.run_once() is True and first.is_auditor
-    assert second.run_once() is False and third.run_once() is False and not second.is_auditor
-    assert observer.current_auditor() == "b1:3181"
+    assert first.run_once() is True and second.run_once() is False
     votes, _ = scope.kv.range(*EtcdKeys.children(scope.keys.ur("auditorelection")))
-    assert sorted(parse_vote(v.value) for v in votes) == ["b1:3181", "b2:3181", "b3:3181"]
-    assert second.wait_for_change(0.2) is False           # nothing changed yet
-    first_driver[1].close()                               # the auditor's session ends: its vote goes
-    assert second.wait_for_change(5) is True
-    assert second.run_once() is True and third.run_once() is False
-    assert observer.current_auditor() == "b2:3181"
-    second.withdraw()                                     # a clean step down
-    assert third.wait_for_change(5) and third.run_once() is True
-    assert observer.current_auditor() == "b3:3181"
-    third.interrupt()
-    assert third.wait_for_change(0.1) is True
+    assert sorted(parse_vote(v.value) for v in votes) == ["b1:3181", "b2:3181"]
+    assert observer.current_auditor() == "b1:3181"
 
 
 def test_a_candidate_whose_lease_was_replaced_votes_again_behind_the_others(scope):
