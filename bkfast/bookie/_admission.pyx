@@ -30,6 +30,10 @@ from bkfast.storage.entry_header import entry_lac
 __all__ = ["AddAdmission"]
 
 
+def _batch_index(failure):
+    return failure[0]
+
+
 cdef class AddAdmission:
     """Built and used with the Bookie's ledger lock held throughout, so no fence can come in between: a
     ledger seen not fenced with a key needs no second look in its batch.
@@ -117,10 +121,11 @@ cdef class AddAdmission:
             except Exception as error:
                 failures.append((i, unexpected(i, error)))
 
-    def store(self, storage, list failures, unexpected):
+    def store(self, storage, list failures, Py_ssize_t n_adds, unexpected):
         """Hand the listed adds to `storage` (one add_entries call, again past each one it refuses); those
-        refused leave the lists for `failures`. Returns the batch index of the first add refused for want
-        of room (StorageBusyError: it and every later listed add leave the lists), or None."""
+        refused leave the lists for `failures`, which ends sorted by batch index. An add refused for want of
+        room (StorageBusyError) makes it and every later add of the batch (`n_adds` in all) wait in order for
+        the room the flush makes: none of them is stored or journaled, whatever else was wrong with it."""
         cdef Py_ssize_t start = 0, at
         while start < len(self.entries):
             if start:
@@ -134,14 +139,16 @@ cdef class AddAdmission:
             failures.append((index, error if isinstance(error, BKError) else unexpected(index, error)))
             if isinstance(error, StorageBusyError):
                 self._drop(at, len(self.entries))
-                return index
+                failures[:] = [f for f in failures if f[0] < index] + [(i, error) for i in range(index, n_adds)]
+                break
             self._drop(at, at + 1)
             start = at
+        if failures:
+            failures.sort(key=_batch_index)
         self.recoveries = sum(self.recovery)
         if self._tracked:
             for entry in self.entries:
                 self._note_lac(entry)
-        return None
 
     cdef _note_lac(self, bytes entry):
         _, scope_id, ledger_id, _ = peek_entry_ids(entry)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from operator import itemgetter
 from pathlib import Path
 
 from bkfast._stats import now_ns
@@ -290,14 +289,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
             admission = AddAdmission(self)
             # anything unexpected is an I/O error for the client, and logged (_unexpected_add_error)
             admission.admit_all(adds, failures, self._unexpected_add_error)
-            busy_at = admission.store(self.storage, failures, self._unexpected_add_error)
-        if busy_at is not None:
-            # The write cache is full: this add and every later one of the batch wait (in order) for the
-            # room the flush makes; none of them is stored or journaled, whatever else was wrong with it.
-            busy = next(error for i, error in failures if i == busy_at)
-            failures[:] = [f for f in failures if f[0] < busy_at] + [(i, busy) for i in range(busy_at, len(adds))]
-        elif failures:
-            failures.sort(key=itemgetter(0))
+            admission.store(self.storage, failures, len(adds), self._unexpected_add_error)
         self._advance_lacs(admission.lacs)
         return failures, admission.indices, admission.entries, admission.journals(len(self.journals)), \
             admission.recoveries
