@@ -243,12 +243,12 @@ class HttpServerSettings:
                    bool(conf.get("httpServerTlsEnable")), conf.http_server_max_request_body_bytes)
 
 
-def build_site(ctx: AdminContext, security=None, max_request_body_bytes: int | None = None) -> server.Site:
+def build_site(ctx: AdminContext, security, max_request_body_bytes: int) -> server.Site:
     """The admin site: the endpoints above, and those of bkfast.http.admin_api and autorecovery_api (spec §9.2)
     under /api/v1/;
     with `security` (bkfast.http.security), mutating requests need its token or client certificate; request
-    bodies (at most `max_request_body_bytes`, default httpServerMaxRequestBodyBytes) and handler CPU are
-    bounded by bkfast.http.limits."""
+    bodies (at most `max_request_body_bytes`: httpServerMaxRequestBodyBytes) and handler CPU are bounded
+    by bkfast.http.limits."""
     from twisted.internet import reactor
 
     from bkfast.http.autorecovery_api import install_all_admin_apis
@@ -274,8 +274,6 @@ def build_site(ctx: AdminContext, security=None, max_request_body_bytes: int | N
     bookie.putChild(b"gc", GcResource(ctx))
     bookie.putChild(b"gc_details", GcDetailsResource(ctx))
     install_all_admin_apis(root, ctx)
-    if max_request_body_bytes is None:
-        max_request_body_bytes = HttpServerSettings.from_conf(ctx.bookie.conf).max_request_body_bytes
     return AdminSite(root, security, max_request_body_bytes)
 
 
