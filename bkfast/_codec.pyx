@@ -21,6 +21,7 @@ from libc.string cimport memcmp, memcpy, memmove
 
 from bkfast._bigendian cimport get_i32, get_i64, get_u32, get_u64, put_u32, put_u64
 from bkfast._entryheader cimport peek_ids
+from bkfast._entrysource cimport EntrySource
 from bkfast._protowire cimport pw_put_varint, pw_varint_size
 
 from bkfast.errors import (
@@ -1011,14 +1012,19 @@ cdef class FrameBuilder:
         cdef Py_buffer view
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
-            self.reserve(4 + RESPONSE_HEADERS_SIZE + view.len)
-            write_response_header(self.buf + self.length, RESPONSE_HEADERS_SIZE + view.len, version,
-                                  OP_READ, rc, ledger_id, entry_id)
-            memcpy(self.buf + self.length + 4 + RESPONSE_HEADERS_SIZE, view.buf, view.len)
-            self.length += 4 + RESPONSE_HEADERS_SIZE + view.len
+            self._read_response(rc, ledger_id, entry_id, <const uint8_t *>view.buf, view.len, version)
         finally:
             PyBuffer_Release(&view)
+
+    cdef int _read_response(self, int rc, int64_t ledger_id, int64_t entry_id, const uint8_t *data,
+                            Py_ssize_t data_len, int version) except -1:
+        self.reserve(4 + RESPONSE_HEADERS_SIZE + data_len)
+        write_response_header(self.buf + self.length, RESPONSE_HEADERS_SIZE + data_len, version,
+                              OP_READ, rc, ledger_id, entry_id)
+        memcpy(self.buf + self.length + 4 + RESPONSE_HEADERS_SIZE, data, data_len)
+        self.length += 4 + RESPONSE_HEADERS_SIZE + data_len
         self.frame_count += 1
+        return 0
 
     cpdef add_batch_read_response(self, int rc, int64_t ledger_id, int64_t start_entry_id,
                                   int64_t request_id, entries=(), int version=CURRENT_PROTOCOL_VERSION):
@@ -1138,43 +1144,53 @@ cdef class FrameBuilder:
         """Append the v3 READ_ENTRY Response: readResponse with status, ids, `data` as body unless None,
         maxLAC and lacUpdateTimestamp when given, ledgerScopeId when not 0."""
         cdef Py_buffer view
-        cdef bint has_body = data is not None
+        if data is None:
+            self._v3_read_response(status, ledger_id, entry_id, txn, NULL, -1, has_max_lac, max_lac,
+                                   has_timestamp, timestamp, scope_id)
+            return
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            self._v3_read_response(status, ledger_id, entry_id, txn, <const uint8_t *>view.buf, view.len,
+                                   has_max_lac, max_lac, has_timestamp, timestamp, scope_id)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef int _v3_read_response(self, int status, int64_t ledger_id, int64_t entry_id, uint64_t txn,
+                               const uint8_t *body, Py_ssize_t body_len, bint has_max_lac, int64_t max_lac,
+                               bint has_timestamp, int64_t timestamp, uint64_t scope_id) except -1:
+        """add_v3_read_response with the body as bytes at `body` (body_len < 0: no body)."""
+        cdef bint has_body = body_len >= 0
         cdef Py_ssize_t sub = _v3_ids_size(status, ledger_id, entry_id)
-        cdef Py_ssize_t at, body_len = 0
+        cdef Py_ssize_t at
         cdef uint8_t *p
         if has_body:
-            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-            body_len = view.len
             sub += 1 + pw_varint_size(<uint64_t>body_len) + body_len
-        try:
-            if has_max_lac:
-                sub += 1 + pw_varint_size(<uint64_t>max_lac)
-            if has_timestamp:
-                sub += 1 + pw_varint_size(<uint64_t>timestamp)
-            if scope_id:
-                sub += 2 + pw_varint_size(scope_id)
-            at = self._v3_response_start(0, 1, txn, status, 100, sub)   # READ_ENTRY
-            p = self.buf + self.length
-            at += _put_v3_ids(p + at, status, ledger_id, entry_id)
-            if has_body:
-                p[at] = 0x22
-                at += 1 + pw_put_varint(p + at + 1, <uint64_t>body_len)
-                if body_len:
-                    memcpy(p + at, view.buf, body_len)
-                at += body_len
-            if has_max_lac:
-                p[at] = 0x28
-                at += 1 + pw_put_varint(p + at + 1, <uint64_t>max_lac)
-            if has_timestamp:
-                p[at] = 0x30
-                at += 1 + pw_put_varint(p + at + 1, <uint64_t>timestamp)
-            if scope_id:
-                at += _put_v3_scope(p + at, scope_id)
-        finally:
-            if has_body:
-                PyBuffer_Release(&view)
+        if has_max_lac:
+            sub += 1 + pw_varint_size(<uint64_t>max_lac)
+        if has_timestamp:
+            sub += 1 + pw_varint_size(<uint64_t>timestamp)
+        if scope_id:
+            sub += 2 + pw_varint_size(scope_id)
+        at = self._v3_response_start(0, 1, txn, status, 100, sub)   # READ_ENTRY
+        p = self.buf + self.length
+        at += _put_v3_ids(p + at, status, ledger_id, entry_id)
+        if has_body:
+            p[at] = 0x22
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>body_len)
+            if body_len:
+                memcpy(p + at, body, body_len)
+            at += body_len
+        if has_max_lac:
+            p[at] = 0x28
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>max_lac)
+        if has_timestamp:
+            p[at] = 0x30
+            at += 1 + pw_put_varint(p + at + 1, <uint64_t>timestamp)
+        if scope_id:
+            at += _put_v3_scope(p + at, scope_id)
         self.length += at
         self.frame_count += 1
+        return 0
 
     cpdef bytes take(self):
         """Everything appended (and not consumed) so far, as one bytes object; the builder is empty afterwards."""

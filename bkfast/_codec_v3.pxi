@@ -201,13 +201,56 @@ def decode_v3_adds(list frames, Py_ssize_t start=0):
     return adds, ids, i
 
 
+cdef struct LacMemo:            # the LAC of the last ledger serve_v3_reads asked lac_of about
+    bint have
+    int64_t ledger_id
+    uint64_t scope_id
+    int64_t lac
+
+
+cdef int64_t _lac_for(LacMemo *memo, lac_of, V3Request *r) except? -2:
+    if not memo.have or memo.ledger_id != r.ledger_id or memo.scope_id != r.scope_id:
+        memo.lac = lac_of(r.scope_id, r.ledger_id)
+        memo.ledger_id, memo.scope_id, memo.have = r.ledger_id, r.scope_id, True
+    return memo.lac
+
+
+cdef Py_ssize_t _answer_v3_from_memory(FrameBuilder out, V3Request *r, EntrySource source, lookup, LacMemo *memo,
+                                       lac_of) except -2:
+    """Append r's READ_ENTRY answer if memory holds the entry: its size, else -1. The LAC is asked before
+    the lookup: a Python call could let another thread use the source's buffer in between."""
+    cdef const uint8_t *found = NULL
+    cdef Py_ssize_t size
+    cdef Py_buffer view
+    cdef int64_t lac
+    if source is not None:
+        lac = _lac_for(memo, lac_of, r)
+        size = source.find_c(r.scope_id, <uint64_t>r.ledger_id, r.entry_id, &found)
+        if size >= 0:
+            out._v3_read_response(0, r.ledger_id, r.entry_id, r.txn, found, size, True, lac, False, 0, r.scope_id)
+        return size
+    data = lookup(r.ledger_id, r.entry_id, r.scope_id)
+    if data is None:
+        return -1
+    lac = _lac_for(memo, lac_of, r)
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        out._v3_read_response(0, r.ledger_id, r.entry_id, r.txn, <const uint8_t *>view.buf, view.len, True, lac,
+                              False, 0, r.scope_id)
+        size = view.len
+    finally:
+        PyBuffer_Release(&view)
+    return size
+
+
 def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_of, dict busy,
                    Py_ssize_t out_limit=-1, Py_ssize_t max_misses=-1, OpStats entry_bytes=None,
                    Counter read_bytes=None):
     """Answer the run of plain v3 READ_ENTRY requests that starts at frames[start] from memory.
 
-    `lookup(ledger_id, entry_id, scope_id)` returns the cached entry or None (not in memory: the caller
-    reads it on its read pool); `lac_of(scope_id, ledger_id)` is the bookie's known LAC, sent as maxLAC
+    `lookup` is an EntrySource (bkfast._entrysource: looked up and copied into the answer in C), or a
+    callable `lookup(ledger_id, entry_id, scope_id)` that returns the cached entry or None (not in memory:
+    the caller reads it on its read pool); `lac_of(scope_id, ledger_id)` is the bookie's known LAC, sent as maxLAC
     with each entry as Java does (asked once per ledger of the run). Hits are appended to `out` as
     READ_ENTRY responses. `busy` holds the ledger ids with reads still pending on the connection's read
     pool: their reads are misses too, so answers of one ledger keep their order (clients match v2 answers
@@ -222,9 +265,9 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
     cdef const uint8_t *p
     cdef V3Request r
     cdef Py_ssize_t size, total = 0
-    cdef int64_t lac_ledger = -1, lac = -1
-    cdef uint64_t lac_scope = 0
-    cdef bint have_lac = False
+    cdef LacMemo memo
+    cdef EntrySource source = lookup if isinstance(lookup, EntrySource) else None
+    memo.have = False
     while i < n:
         if out_limit >= 0 and out.length - out.start >= out_limit:
             break
@@ -237,21 +280,15 @@ def serve_v3_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, lac_
         p = <const uint8_t*>PyBytes_AS_STRING(frame)
         if _v3_request(p, PyBytes_GET_SIZE(frame), &r) < 0 or r.operation != V3_OP_READ_ENTRY:
             break
-        ledger = r.ledger_id
-        data = None if (busy and ledger in busy) else lookup(r.ledger_id, r.entry_id, r.scope_id)
-        if data is None:
+        size = -1
+        if not (busy and r.ledger_id in busy):
+            size = _answer_v3_from_memory(out, &r, source, lookup, &memo, lac_of)
+        if size < 0:
+            ledger = r.ledger_id
             if ledger not in busy:
                 busy[ledger] = 0
             misses.append((r.ledger_id, r.entry_id, r.txn, r.scope_id))
         else:
-            if not have_lac or lac_ledger != r.ledger_id or lac_scope != r.scope_id:
-                lac = lac_of(r.scope_id, r.ledger_id)
-                lac_ledger = r.ledger_id
-                lac_scope = r.scope_id
-                have_lac = True
-            out.add_v3_read_response(0, r.ledger_id, r.entry_id, r.txn, data, True, lac, False, 0,
-                                     r.scope_id)
-            size = len(data)
             total += size
             if entry_bytes is not None:
                 entry_bytes.record_ok(<double>size)
@@ -273,6 +310,8 @@ def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict
     cdef const uint8_t *p
     cdef int version, opcode, flags
     cdef int64_t ledger_id, entry_id
+    cdef EntrySource source = lookup if isinstance(lookup, EntrySource) else None
+    cdef const uint8_t *found = NULL
     while i < n:
         if out_limit >= 0 and out.length - out.start >= out_limit:
             break
@@ -290,15 +329,24 @@ def serve_v2_reads(list frames, Py_ssize_t start, FrameBuilder out, lookup, dict
             break
         ledger_id = get_i64(p + 4)
         entry_id = get_i64(p + 12)
-        ledger = ledger_id
-        data = None if (busy and ledger in busy) else lookup(ledger_id, entry_id, 0)
-        if data is None:
+        size = -1
+        if busy and ledger_id in busy:
+            pass
+        elif source is not None:
+            size = source.find_c(0, <uint64_t>ledger_id, entry_id, &found)
+            if size >= 0:
+                out._read_response(0, ledger_id, entry_id, found, size, version)
+        else:
+            data = lookup(ledger_id, entry_id, 0)
+            if data is not None:
+                out.add_read_response(0, ledger_id, entry_id, data, version)
+                size = len(data)
+        if size < 0:
+            ledger = ledger_id
             if ledger not in busy:
                 busy[ledger] = 0
             misses.append((ledger_id, entry_id, version))
         else:
-            out.add_read_response(0, ledger_id, entry_id, data, version)
-            size = len(data)
             total += size
             if entry_bytes is not None:
                 entry_bytes.record_ok(<double>size)

@@ -384,6 +384,8 @@ def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit:
                    max_misses: int = -1, entry_bytes=None, read_bytes=None) -> tuple[int, list]:
     """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory
     (each hit's size into the OpStats `entry_bytes`, their sum into the Counter `read_bytes`)."""
+    if not callable(lookup):    # an EntrySource (bkfast._entrysource): its get() is the lookup
+        lookup = lookup.get
     misses: list = []
     total = 0
     i = start

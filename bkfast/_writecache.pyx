@@ -23,6 +23,11 @@ on those (as Java's WriteCache, whose deleted ledgers are skipped at flush); `co
 Flush: `sorted_runs()` yields (key, entry ids ascending, read-only memoryviews of their bytes) by ascending
 key, at most RUN_ENTRIES entries per tuple (a long ledger comes as consecutive runs), so the flush thread
 hands the GIL over between runs. The views keep the half alive: no byte is freed while one is in use.
+
+Reads (_writecache_reads.pxi): the read-ahead cache is a ring of halves too (`ReadCacheRing`), and
+`MemoryEntries` is the entry source (bkfast._entrysource) the reactor's read loops look in: per ledger
+directory the write cache's halves and the read-ahead ring's, an entry copied straight from a half's arena
+into the answer being built (no bytes object, no Python call per read).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
@@ -42,7 +47,8 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_unlock(pthread_mutex_t *mutex)
 
 __all__ = ["WriteCacheHalf", "SegmentPool", "put_entries", "PUT_ENTRIES_DONE", "PUT_ENTRIES_NO_ROOM",
-           "PUT_ENTRIES_MALFORMED", "ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "SEGMENT_BYTES", "RUN_ENTRIES"]
+           "PUT_ENTRIES_MALFORMED", "ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "SEGMENT_BYTES", "RUN_ENTRIES",
+           "ReadCacheRing", "MemoryEntries"]
 
 ENTRY_OVERHEAD = 64
 """Bytes charged per cached entry besides its data: its index slot (24 bytes) at the index's lowest fill
@@ -627,3 +633,6 @@ def put_entries(WriteCacheHalf half, list entries, Py_ssize_t start, Py_ssize_t 
     if answer == PUT_NO_ROOM:
         return i, PUT_ENTRIES_NO_ROOM
     return i, why
+
+
+include "_writecache_reads.pxi"

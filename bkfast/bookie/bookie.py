@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from bkfast._entrysource import EntrySource
 from bkfast._stats import now_ns
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie._admission import AddAdmission
@@ -421,6 +422,11 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         """The entry if ledger storage holds it in memory (write cache, read-ahead cache), else None:
         never touches the disk, so the reactor may call it (a miss goes to the server's read pool)."""
         return self._read_cached(ledger_id, entry_id, scope_id)
+
+    def memory_lookup(self) -> EntrySource | Callable[[int, int, int], bytes | None]:
+        """Ledger storage's C entry source (DbLedgerStorage's caches), else read_entry_cached's storage call."""
+        source = self.storage.memory_entries
+        return source if source is not None else self._read_cached
 
     def count_reads_from_memory(self, n: int, seconds: float) -> None:
         """The server answered n reads from memory (read_entry_cached) in `seconds`: for the metrics, and

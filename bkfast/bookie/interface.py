@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from bkfast._entrysource import EntrySource
 from bkfast.bookie.lac import LacWaiter
 from bkfast.bookie.stats import BookieStats
 from bkfast.stats import StatsLogger
@@ -92,6 +93,11 @@ class ServerBookie(Protocol):
 
     def read_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
         """The entry if it is in memory, else None; never touches the disk."""
+        ...
+
+    def memory_lookup(self) -> EntrySource | Callable[[int, int, int], bytes | None]:
+        """What the reactor's read loops look plain reads up in: ledger storage's C entry source when it
+        has one (no Python call per read), else read_entry_cached."""
         ...
 
     def count_reads_from_memory(self, n: int, seconds: float) -> None:

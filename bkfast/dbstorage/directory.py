@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bkfast._stats import now_ns
-from bkfast._writecache import PUT_ENTRIES_DONE
+from bkfast._writecache import PUT_ENTRIES_DONE, MemoryEntries, ReadCacheRing
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported, tests and benchmarks use them)
     FLUSH_PACE_LEAD,
@@ -45,7 +45,6 @@ from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported
 )
 from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
-from bkfast.dbstorage.read_cache import ReadCache
 from bkfast.dbstorage.settings import DbStorageSettings
 from bkfast.dbstorage.stats import DbDirStats
 from bkfast.dbstorage.write_cache import WriteCache
@@ -96,7 +95,7 @@ class SingleDirectoryDbLedgerStorage:
             # Opened on a full disk: no flush can make room, so an add finding the cache full fails after
             # the swap of the halves instead of waiting dbStorage_maxThrottleTimeMs (replay stops there).
             self._write_cache.max_wait_s = min(max_wait_s, FULL_DISK_MAX_WAIT_S)
-        self._read_cache = ReadCache(read_cache_bytes)
+        self._read_cache = ReadCacheRing(read_cache_bytes)
         self._read_ahead_count = settings.read_ahead_batch_entries
         batch_bytes = settings.read_ahead_batch_bytes
         self._read_ahead_bytes = batch_bytes if batch_bytes > 0 else _READ_AHEAD_MAX_BYTES
@@ -231,6 +230,16 @@ class SingleDirectoryDbLedgerStorage:
             self._memory_read_hits.inc()
         return data
 
+    def publish_memory(self, memory: MemoryEntries, directory: int) -> None:
+        """Keep `memory` (the reactor's C view of what is in memory) told which halves this directory's
+        write cache and read-ahead cache use, and which counters its hits go to; `directory` is this
+        directory's position in DbLedgerStorage's routing."""
+        memory.set_hit_counters(directory, self._memory_write_hits, self._memory_read_hits)
+        self._write_cache.on_change = lambda halves: memory.set_write_halves(directory, halves)
+        self._read_cache.on_change = lambda halves: memory.set_read_halves(directory, halves)
+        memory.set_write_halves(directory, self._write_cache.halves)
+        memory.set_read_halves(directory, self._read_cache.halves)
+
     def set_room_listener(self, listener) -> None:
         """Non-waiting adds (see WriteCache.room_listener)."""
         self._write_cache.room_listener = listener
@@ -301,6 +310,10 @@ class SingleDirectoryDbLedgerStorage:
         finally:
             reads.entrylog_time.add(now_ns() - t0)
         if self._read_ahead_on:
+            # The entry itself too (Java caches only the ones after it): a reader coming back to where it
+            # started would otherwise miss here again, and a miss sends its ledger's later reads through
+            # the read pool until the pool has answered it (answers of a ledger keep their order).
+            self._read_cache.put(key, entry_id, data)
             self._read_ahead(key, scope_id, ledger_id, location + len(data) + 4, len(data))
         return data
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from bkfast._writecache import MemoryEntries
 from bkfast.codec import peek_entry_ids
 from bkfast.dbstorage.directory import SingleDirectoryDbLedgerStorage
 from bkfast.dbstorage.settings import DbStorageSettings
@@ -78,6 +79,10 @@ class DbLedgerStorage:
             for d in self._dirs:
                 d.close()
             raise
+        # What the reactor's read loops look in: every directory's write cache and read-ahead cache, in C.
+        self.memory_entries = MemoryEntries(n)
+        for dir_index, d in enumerate(self._dirs):
+            d.publish_memory(self.memory_entries, dir_index)
         # Each directory's position in entry_loggers() (a shared logger is listed once): ledger_stats_index.
         loggers_list = self.entry_loggers()
         self._stats_index = [next(i for i, lg in enumerate(loggers_list) if lg is d.entry_logger) for d in self._dirs]

@@ -47,6 +47,8 @@ class WriteCache:
         self._pool = SegmentPool(2 * (self.half_size // SEGMENT_BYTES + 1))
         self._active = WriteCacheHalf(self._pool)
         self._flushing = WriteCacheHalf(self._pool)
+        # Told (active, flushing) whenever a half is replaced: the storage's MemoryEntries looks in them.
+        self.on_change: Callable[[tuple[WriteCacheHalf, WriteCacheHalf]], None] | None = None
         # Set by the bookie server: puts never wait, and room_listener() runs when a swap or a finished
         # flush makes room after a refused put.
         self.room_listener: Callable[[], None] | None = None
@@ -142,9 +144,19 @@ class WriteCache:
                 return self._flushing, True
             half, self._active = self._active, WriteCacheHalf(self._pool)
             self._flushing = half
+            self._publish()
             self._cond.notify_all()
         self._announce_room()
         return half, False
+
+    @property
+    def halves(self) -> tuple[WriteCacheHalf, WriteCacheHalf]:
+        """(active, flushing): where a read looks, in that order."""
+        return self._active, self._flushing
+
+    def _publish(self) -> None:
+        if self.on_change is not None:
+            self.on_change((self._active, self._flushing))
 
     def _announce_room(self) -> None:
         listener = self.room_listener
@@ -160,5 +172,6 @@ class WriteCache:
         a C half hands its arena segments to the pool: nothing to spread over GIL hand-overs."""
         with self._cond:
             self._flushing = WriteCacheHalf(self._pool)
+            self._publish()
             self._cond.notify_all()
         self._announce_room()

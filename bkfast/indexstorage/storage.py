@@ -25,6 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
+from bkfast._entrysource import EntrySource
 from bkfast._stats import now_ns
 from bkfast.codec import peek_entry_ids
 from bkfast.errors import (
@@ -76,6 +77,7 @@ class IndexedLedgerStorage:
         self._get_offset_stats = self.stats_logger.op_stats("STORAGE_GET_OFFSET")
         self._get_entry_stats = self.stats_logger.op_stats("STORAGE_GET_ENTRY")
         self._memtable: Memtable | None = None
+        self.memory_entries: EntrySource | None = None     # the memtable is read by get_entry_cached
         self._flush_thread: threading.Thread | None = None
         self._flush_event = threading.Event()
         if sorted:

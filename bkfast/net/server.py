@@ -153,7 +153,7 @@ class BookieServerFactory(protocol.ServerFactory):
         # The handlers' run fast paths (always on): a socket read's ADDs go to the Bookie in one call, and
         # plain READs are first looked up in memory.
         self.batch_adds = True
-        self.read_cached = bookie.read_entry_cached
+        self.read_cached = bookie.memory_lookup()
         # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
         self.security: conn_tls.ServerSecurity | None = security
         self.connections: set[BookieServerProtocol] = set()

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from bkfast._entrysource import EntrySource
 from bkfast.stats import StatsLogger
 from bkfast.storage.entrylogger import EntryLogger
 
@@ -53,6 +54,12 @@ class StorageDirectory(Protocol):
 
 class LedgerStorage(Protocol):
     """A bookie's ledger storage (see the module docstring)."""
+
+    @property
+    def memory_entries(self) -> EntrySource | None:
+        """What the reactor's read loops look in without a Python call per read (bkfast._entrysource);
+        None for a storage whose memory get_entry_cached alone can answer."""
+        ...
 
     # --- ledger metadata ------------------------------------------------------------------------------
     def set_master_key(self, ledger_id: int, key: bytes, scope_id: int = 0) -> None:

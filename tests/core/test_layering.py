@@ -36,7 +36,7 @@ LAYERS = {
     4: ["meta"],
     3: ["codec", "_clientpath", "tls", "stats"],
     2: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog", "_writecache"],
-    1: ["_entryheader"],
+    1: ["_entryheader", "_entrysource"],
     0: ["errors", "_protowire", "_bigendian", "_refcodec_v3", "conf_java", "conf_keys", "_stats", "threads"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
