@@ -1007,6 +1007,31 @@ cdef class FrameBuilder:
         self.length += 4 + RESPONSE_HEADERS_SIZE
         self.frame_count += 1
 
+    def add_add_responses(self, int rc, list ids):
+        """add_add_response(rc, ...) for each (ledger_id, entry_id, version) of `ids`, in one call; a
+        version-0 (legacy) request gets the bare opcode as its header, as Java answers it."""
+        cdef Py_ssize_t i, n = len(ids)
+        cdef tuple add
+        cdef int version
+        cdef uint8_t *p
+        self.reserve(n * (4 + RESPONSE_HEADERS_SIZE))
+        for i in range(n):
+            add = <tuple>ids[i]
+            version = add[2]
+            p = self.buf + self.length
+            write_response_header(p, RESPONSE_HEADERS_SIZE, version, OP_ADD, rc, add[0], add[1])
+            if version == 0:
+                put_u32(p + 4, OP_ADD)
+            self.length += 4 + RESPONSE_HEADERS_SIZE
+        self.frame_count += n
+
+    def add_v3_add_responses(self, int status, list ids):
+        """add_v3_add_response(status, ...) for each (ledger_id, entry_id, txn, scope_id) of `ids`."""
+        cdef tuple add
+        for item in ids:
+            add = <tuple>item
+            self.add_v3_add_response(status, add[0], add[1], add[2], add[3])
+
     cpdef add_read_response(self, int rc, int64_t ledger_id, int64_t entry_id, data=b"",
                             int version=CURRENT_PROTOCOL_VERSION):
         cdef Py_buffer view

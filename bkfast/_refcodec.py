@@ -524,6 +524,17 @@ class FrameBuilder:
     def add_add_response(self, rc, ledger_id, entry_id, version=CURRENT_PROTOCOL_VERSION):
         self._append(encode_add_response(rc, ledger_id, entry_id, version))
 
+    def add_add_responses(self, rc, ids):
+        for ledger_id, entry_id, version in ids:
+            if version == 0:     # legacy: the bare opcode as header, as Java answers it
+                self._append(_U32.pack(24) + struct.pack(">Iiqq", OP_ADD, rc, ledger_id, entry_id))
+            else:
+                self.add_add_response(rc, ledger_id, entry_id, version)
+
+    def add_v3_add_responses(self, status, ids):
+        for ledger_id, entry_id, txn, scope_id in ids:
+            self.add_v3_add_response(status, ledger_id, entry_id, txn, scope_id)
+
     def add_read_response(self, rc, ledger_id, entry_id, data=b"", version=CURRENT_PROTOCOL_VERSION):
         self._append(encode_read_response(rc, ledger_id, entry_id, data, version))
 

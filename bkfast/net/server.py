@@ -60,6 +60,7 @@ from bkfast.net import tls as conn_tls
 from bkfast.net import v2_handler, v3_handler
 from bkfast.net.read_pool import ReadPool
 from bkfast.net.request_stats import HIGH_PRIORITY_POOL, READ_POOL, WRITE_POOL, RequestStats
+from bkfast.net.write_now import write_now
 from bkfast.stats import Counter, OpStats, now_ns
 
 log = logging.getLogger(__name__)
@@ -359,7 +360,7 @@ class BookieServerProtocol(protocol.Protocol):
 
     def flush(self) -> None:
         if len(self.out) and self.connected:
-            self.transport.write(self.out.take())
+            write_now(self.transport, self.out.take())
         elif len(self.out):
             self.out.take()
         if self.deferred and self.connected and not self.output_paused:
@@ -385,7 +386,7 @@ class BookieServerProtocol(protocol.Protocol):
             while deferred and len(self.out) < limit:
                 deferred.popleft()()
             if len(self.out):
-                self.transport.write(self.out.take())
+                write_now(self.transport, self.out.take())
 
     def respond(self) -> None:
         """A response was appended: have it written with this batch's other responses."""

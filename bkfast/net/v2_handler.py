@@ -73,13 +73,7 @@ def handle_run(conn, frames: list, i: int) -> int:
 
 
 def answer_adds(conn, error, ids) -> None:
-    rc = V2Rc.EOK if error is None else v2_rc_for(error)
-    add_response = conn.out.add_add_response
-    for ledger_id, entry_id, version in ids:
-        if version == 0:
-            add_response_v0(conn, rc, ledger_id, entry_id)
-        else:
-            add_response(rc, ledger_id, entry_id, version)
+    conn.out.add_add_responses(V2Rc.EOK if error is None else v2_rc_for(error), ids)
 
 
 # The FrameBuilder writes (version << 24 | op << 16) for every version; Java answers a legacy

@@ -111,10 +111,7 @@ def _lac_of(bookie):
 
 
 def answer_adds(conn, error, ids) -> None:
-    status = V3Status.EOK if error is None else int(v3_status_for(error))
-    add_response = conn.out.add_v3_add_response
-    for ledger_id, entry_id, txn, scope in ids:
-        add_response(status, ledger_id, entry_id, txn, scope)
+    conn.out.add_v3_add_responses(V3Status.EOK if error is None else int(v3_status_for(error)), ids)
 
 
 def auth_disabled_message() -> bytes:

@@ -6,6 +6,7 @@ Both codec implementations (Cython and the pure-Python twin)."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -242,3 +243,22 @@ def test_decode_v3_answer_refuses_what_is_not_a_response(impl):
     for junk in (b"", b"\x0a\x05\x08\x03", b"\xff" * 12, _read_request(1, 2, 3)):
         with pytest.raises(MalformedFrameError):
             impl.decode_v3_answer(junk)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_add_responses_in_one_call_are_the_single_responses_in_order(impl):
+    ids = [(3, 0, 2), (3, 1, 1), (4, 7, 0), ((1 << 63) - 1, 2, 2)]
+    one, each = impl.FrameBuilder(), impl.FrameBuilder()
+    one.add_add_responses(-101, ids)
+    for ledger_id, entry_id, version in ids:
+        if version == 0:    # legacy: the bare opcode as header
+            each.add_frame(struct.pack(">Iiqq", impl.OP_ADD, -101, ledger_id, entry_id))
+        else:
+            each.add_add_response(-101, ledger_id, entry_id, version)
+    assert bytes(one.take()) == bytes(each.take())
+    v3_ids = [(3, 0, 10, 0), (3, 1, 11, 7), (9, 2, 1 << 40, 0)]
+    one, each = impl.FrameBuilder(), impl.FrameBuilder()
+    one.add_v3_add_responses(0, v3_ids)
+    for ledger_id, entry_id, txn, scope in v3_ids:
+        each.add_v3_add_response(0, ledger_id, entry_id, txn, scope)
+    assert bytes(one.take()) == bytes(each.take())
