@@ -222,6 +222,13 @@ cdef class OpStats:
     cpdef void fail_value(self, double value):
         self.record_fail(value)
 
+    def ok_lengths(self, list items):
+        """ok_value(len(item)) for each item (a batch's entries), in one call."""
+        cdef Py_ssize_t i, n = len(items)
+        if self.enabled:
+            for i in range(n):
+                self.record_ok(<double>len(items[i]))
+
     def rollover(self):
         """Publish the quantiles of the window that ends now and start a new one."""
         if self.enabled:

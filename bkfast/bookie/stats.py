@@ -80,9 +80,7 @@ class BookieStats:
         if records:
             self.add_entry.ok_ns_many(len(records) - recoveries, each)
             self.recovery_add_entry.ok_ns_many(recoveries, each)
-            bytes_stat = self.add_entry_bytes.ok_value
-            for record in records:
-                bytes_stat(len(record))
+            self.add_entry_bytes.ok_lengths(records)
             self.write_bytes.add(journaled - 4 * len(records))
 
     # --- reads -----------------------------------------------------------------------------------------
