@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass
 
 from bkfast import _refcodec_v3 as _v3
+from bkfast._entrysource import EntrySource
 from bkfast.errors import (
     DigestMismatchError,
     EntryFormatError,
@@ -384,7 +385,7 @@ def serve_v2_reads(frames: list, start: int, out, lookup, busy: dict, out_limit:
                    max_misses: int = -1, entry_bytes=None, read_bytes=None) -> tuple[int, list]:
     """Twin of _codec.serve_v2_reads: answer the run of plain v2 READs at frames[start:] from memory
     (each hit's size into the OpStats `entry_bytes`, their sum into the Counter `read_bytes`)."""
-    if not callable(lookup):    # an EntrySource (bkfast._entrysource): its get() is the lookup
+    if isinstance(lookup, EntrySource):     # its get() is the lookup
         lookup = lookup.get
     misses: list = []
     total = 0
@@ -452,7 +453,13 @@ def decode_v3_answer(frame) -> tuple[int, int, int]:
 _V3_ANSWER_FIELD = {1: 100, 2: 101}
 
 
-serve_v3_reads = _v3.serve_v3_reads
+def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, out_limit: int = -1,
+                   max_misses: int = -1, entry_bytes=None, read_bytes=None) -> tuple[int, list]:
+    """Twin of _codec.serve_v3_reads (the loop is _refcodec_v3's, which takes a callable lookup)."""
+    if isinstance(lookup, EntrySource):     # its get() is the lookup
+        lookup = lookup.get
+    return _v3.serve_v3_reads(frames, start, out, lookup, lac_of, busy, out_limit, max_misses, entry_bytes,
+                              read_bytes)
 
 
 @dataclass

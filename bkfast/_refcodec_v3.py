@@ -164,8 +164,6 @@ def decode_v3_adds(frames: list, start: int = 0) -> tuple[list, list, int]:
 
 def serve_v3_reads(frames: list, start: int, out, lookup, lac_of, busy: dict, out_limit: int = -1,
                    max_misses: int = -1, entry_bytes=None, read_bytes=None) -> tuple[int, list]:
-    if not callable(lookup):    # an EntrySource (bkfast._entrysource): its get() is the lookup
-        lookup = lookup.get
     misses: list = []
     total = 0
     i = start
