@@ -1150,18 +1150,22 @@ cdef class FrameBuilder:
                               uint64_t scope_id=0):
         """Append the v3 ADD_ENTRY Response (header with `txn`, status, addResponse with the ids and,
         when not 0, ledgerScopeId)."""
-        cdef Py_ssize_t sub = _v3_ids_size(status, ledger_id, entry_id)
-        cdef Py_ssize_t at
-        cdef uint8_t *p
-        if scope_id:
-            sub += 2 + pw_varint_size(scope_id)
-        at = self._v3_response_start(0, 2, txn, status, 101, sub)   # ADD_ENTRY
-        p = self.buf + self.length
-        at += _put_v3_ids(p + at, status, ledger_id, entry_id)
-        if scope_id:
-            at += _put_v3_scope(p + at, scope_id)
+        cdef Py_ssize_t at = self._v3_start_with_ids(2, 101, txn, status, ledger_id, entry_id, 0, scope_id)
+        if scope_id:                                                # ADD_ENTRY, addResponse
+            at += _put_v3_scope(self.buf + self.length + at, scope_id)
         self.length += at
         self.frame_count += 1
+
+    cdef Py_ssize_t _v3_start_with_ids(self, int operation, int field, uint64_t txn, int status, int64_t ledger_id,
+                                       int64_t entry_id, Py_ssize_t more, uint64_t scope_id) except -1:
+        """Reserve and write a v3 Response up to the ids of its inner response (field `field`), which holds
+        `more` bytes after the ids and then ledgerScopeId when scope_id is not 0; the offset after the ids."""
+        cdef Py_ssize_t sub = _v3_ids_size(status, ledger_id, entry_id) + more
+        cdef Py_ssize_t at
+        if scope_id:
+            sub += 2 + pw_varint_size(scope_id)
+        at = self._v3_response_start(0, operation, txn, status, field, sub)
+        return at + _put_v3_ids(self.buf + self.length + at, status, ledger_id, entry_id)
 
     cpdef add_v3_read_response(self, int status, int64_t ledger_id, int64_t entry_id, uint64_t txn, data,
                                bint has_max_lac, int64_t max_lac, bint has_timestamp, int64_t timestamp,
@@ -1185,20 +1189,17 @@ cdef class FrameBuilder:
                                bint has_timestamp, int64_t timestamp, uint64_t scope_id) except -1:
         """add_v3_read_response with the body as bytes at `body` (body_len < 0: no body)."""
         cdef bint has_body = body_len >= 0
-        cdef Py_ssize_t sub = _v3_ids_size(status, ledger_id, entry_id)
+        cdef Py_ssize_t more = 0
         cdef Py_ssize_t at
         cdef uint8_t *p
         if has_body:
-            sub += 1 + pw_varint_size(<uint64_t>body_len) + body_len
+            more += 1 + pw_varint_size(<uint64_t>body_len) + body_len
         if has_max_lac:
-            sub += 1 + pw_varint_size(<uint64_t>max_lac)
+            more += 1 + pw_varint_size(<uint64_t>max_lac)
         if has_timestamp:
-            sub += 1 + pw_varint_size(<uint64_t>timestamp)
-        if scope_id:
-            sub += 2 + pw_varint_size(scope_id)
-        at = self._v3_response_start(0, 1, txn, status, 100, sub)   # READ_ENTRY
+            more += 1 + pw_varint_size(<uint64_t>timestamp)
+        at = self._v3_start_with_ids(1, 100, txn, status, ledger_id, entry_id, more, scope_id)  # READ_ENTRY
         p = self.buf + self.length
-        at += _put_v3_ids(p + at, status, ledger_id, entry_id)
         if has_body:
             p[at] = 0x22
             at += 1 + pw_put_varint(p + at + 1, <uint64_t>body_len)

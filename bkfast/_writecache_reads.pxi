@@ -104,11 +104,6 @@ cdef class ReadCacheRing:
             for half in self._halves:
                 (<WriteCacheHalf>half).delete_ledger(key)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._halves = (WriteCacheHalf(self._pool),)
-            if self.on_change is not None:
-                self.on_change(self._halves)
 
 
 cdef class MemoryEntries(EntrySource):
