@@ -129,3 +129,91 @@ def test_db_ledger_storage_keeps_its_memory_entries_told_of_every_half_it_swaps(
         assert memory.get(11, 3) is None
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_read_ring_and_memory_entries_answer_what_a_fifo_model_holds(seed):
+    """Random runs, deletes and lookups against a model: a list of segments (dicts), newest first, at
+    most four, each within its byte limit; what the ring holds is what the model holds, and MemoryEntries
+    answers exactly that."""
+    import random
+
+    rng = random.Random(seed)
+    segment = 16 * 1024
+    ring = ReadCacheRing(4 * segment, segments=4)
+    memory = MemoryEntries(1)
+    ring.on_change = lambda halves: memory.set_read_halves(0, halves)
+    memory.set_read_halves(0, ring.halves)
+    model: list[dict] = [{}]
+    sizes = [0]
+    ledger_added = [set()]
+    keys = [1, 2, SCOPED]
+    for _ in range(600):
+        key = rng.choice(keys)
+        if rng.random() < 0.05:
+            ring.delete_ledger(key)
+            for seg in model:
+                for k in [k for k in seg if k[0] == key]:
+                    del seg[k]
+            continue
+        first = rng.randrange(200)
+        run = [(e, 0, rng.randbytes(rng.randrange(0, 900))) for e in range(first, first + rng.randrange(1, 12))]
+        ring.put_run(key, run)
+        for entry_id, _, data in run:
+            if any((key, entry_id) in seg for seg in model):
+                continue
+            need = len(data) + ENTRY_OVERHEAD + (0 if key in ledger_added[0] else LEDGER_OVERHEAD)
+            if sizes[0] + need > segment:
+                model.insert(0, {})
+                sizes.insert(0, 0)
+                ledger_added.insert(0, set())
+                del model[4:], sizes[4:], ledger_added[4:]
+                need = len(data) + ENTRY_OVERHEAD + LEDGER_OVERHEAD
+            model[0][(key, entry_id)] = data
+            sizes[0] += need
+            ledger_added[0].add(key)
+        for k in keys:
+            for e in range(0, 220, 7):
+                held = next((seg[(k, e)] for seg in model if (k, e) in seg), None)
+                assert ring.get(k, e) == held
+                assert memory.get(k & ((1 << 64) - 1), e, k >> 64) == held
+    assert ring.count == sum(len(seg) for seg in model)
+
+
+def test_reads_stay_correct_while_read_pool_threads_fill_and_rotate_the_ring():
+    """Four threads put read-ahead runs (rotating the ring many times over) while this thread reads
+    through MemoryEntries: every answer is the entry's own bytes or a miss, never another entry's."""
+    import threading
+
+    ring = ReadCacheRing(256 * 1024, segments=4)
+    memory = MemoryEntries(1)
+    ring.on_change = lambda halves: memory.set_read_halves(0, halves)
+    memory.set_read_halves(0, ring.halves)
+
+    def data_of(ledger: int, entry: int) -> bytes:
+        return (b"%d:%d;" % (ledger, entry)) * (20 + entry % 50)
+
+    stop = threading.Event()
+
+    def fill(ledger: int) -> None:
+        first = 0
+        while not stop.is_set():
+            ring.put_run(ledger, [(e, 0, data_of(ledger, e)) for e in range(first, first + 50)])
+            first = (first + 50) % 5000
+
+    threads = [threading.Thread(target=fill, args=(ledger,)) for ledger in range(4)]
+    for t in threads:
+        t.start()
+    hits = 0
+    try:
+        for i in range(100000):
+            ledger, entry = i % 4, (i * 7) % 5000
+            data = memory.get(ledger, entry)
+            if data is not None:
+                assert data == data_of(ledger, entry)
+                hits += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert hits > 0
