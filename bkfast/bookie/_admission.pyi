@@ -7,7 +7,6 @@ class AddAdmission:
     indices: list[int]
     entries: list[bytes]
     high_priority: list[bool]
-    ledgers: list[int]
     recovery: list[bool]
     recoveries: int
     def __init__(self, bookie: Any) -> None: ...

@@ -5,8 +5,9 @@ the ledger's master key (checked, or remembered and journaled on first sight: Bo
 ledger not fenced (or the add a recovery one); then one ledger storage call for the batch.
 
 Why Cython: this runs once per add on the reactor thread; in Python it cost ~0.3 us per add (a call, a
-tuple of ids, a key tuple, a dict lookup). Here the ids are read from the entry's header in place, and a
-run of adds to the ledger admitted last (the common case: a writer's batch) needs no dict lookup at all.
+tuple of ids, a key tuple, a dict lookup). Here the ids are read from the entry's header in place, and an
+add to one of the last RECENT ledgers admitted (a writer's batch, or writers taking turns over a few
+ledgers, as load generators and brokers do) needs no dict lookup and no Python object at all.
 
 Must never: run without the Bookie's ledger lock held (a fence could come in between), or journal anything
 but through the Bookie's first-sight key check (Bookie.admit_ledger).
@@ -29,9 +30,20 @@ from bkfast.storage.entry_header import entry_lac
 
 __all__ = ["AddAdmission"]
 
+cdef enum:
+    RECENT = 8                          # ledgers an AddAdmission remembers as admitted
+
 
 def _batch_index(failure):
     return failure[0]
+
+
+cdef int64_t _ledger_of(bytes entry) except? -1:
+    """The ledger id in an admitted entry's header (admit checked that it has one)."""
+    cdef uint64_t scope_id
+    cdef int64_t ledger_id, entry_id
+    peek_ids(<const uint8_t *>PyBytes_AS_STRING(entry), PyBytes_GET_SIZE(entry), &scope_id, &ledger_id, &entry_id)
+    return ledger_id
 
 
 cdef class AddAdmission:
@@ -46,17 +58,18 @@ cdef class AddAdmission:
     cdef object _tracked
     cdef bint _read_only
     cdef dict _admitted                # (scope, ledger) -> the key admitted for a ledger seen not fenced
-    cdef bint _has_last                # the ledger admitted last (not fenced, key `_last_key`)
-    cdef uint64_t _last_scope
-    cdef int64_t _last_ledger
-    cdef object _last_key
+    # The last RECENT ledgers admitted (not fenced; keys in _recent_keys), replaced round-robin.
+    cdef uint64_t _recent_scope[RECENT]
+    cdef int64_t _recent_ledger[RECENT]
+    cdef list _recent_keys
+    cdef int _recent_count
+    cdef int _recent_next
     cdef public dict lacs              # (scope, ledger) -> highest piggy-backed LAC, for tracked ledgers
     # the admitted adds, in order: their index in the batch, bytes (the journal record), storage's
-    # high_priority flag, ledger id and recovery flag
+    # high_priority flag and recovery flag (their ledger ids are read from the bytes when asked)
     cdef public list indices
     cdef public list entries
     cdef public list high_priority
-    cdef public list ledgers
     cdef public list recovery
     cdef public Py_ssize_t recoveries
 
@@ -68,9 +81,10 @@ cdef class AddAdmission:
         self._is_fenced = bookie.storage_full.fence_check()
         self._tracked = bookie.lac.tracked
         self._admitted = {}
-        self._has_last = False
+        self._recent_keys = [None] * RECENT
+        self._recent_count = self._recent_next = 0
         self.lacs = {}
-        self.indices, self.entries, self.high_priority, self.ledgers, self.recovery = [], [], [], [], []
+        self.indices, self.entries, self.high_priority, self.recovery = [], [], [], []
         self.recoveries = 0
 
     cpdef admit(self, Py_ssize_t index, entry, master_key, bint recovery, bint high_priority):
@@ -86,13 +100,11 @@ cdef class AddAdmission:
             peek_entry_ids(entry)          # raises the precise TruncatedEntryError
         if ledger_id < 0 or entry_id < 0:
             raise BKIllegalOpException(f"add with invalid ids: ledger {ledger_id} entry {entry_id}")
-        if not (self._has_last and not recovery and ledger_id == self._last_ledger and scope_id == self._last_scope
-                and (master_key is self._last_key or master_key == self._last_key)):
+        if recovery or not self._recently_admitted(scope_id, ledger_id, master_key):
             self._check_ledger(scope_id, ledger_id, master_key, recovery)
         self.indices.append(index)
         self.entries.append(entry)
         self.high_priority.append(recovery or high_priority)
-        self.ledgers.append(ledger_id)
         self.recovery.append(recovery)
 
     cdef _check_ledger(self, uint64_t scope_id, int64_t ledger_id, master_key, bint recovery):
@@ -106,7 +118,20 @@ cdef class AddAdmission:
             self._admitted[key] = master_key
         elif recovery:
             return
-        self._has_last, self._last_scope, self._last_ledger, self._last_key = True, scope_id, ledger_id, master_key
+        at = self._recent_next
+        self._recent_scope[at], self._recent_ledger[at], self._recent_keys[at] = scope_id, ledger_id, master_key
+        self._recent_next = (at + 1) % RECENT
+        if self._recent_count < RECENT:
+            self._recent_count += 1
+
+    cdef bint _recently_admitted(self, uint64_t scope_id, int64_t ledger_id, master_key) except -1:
+        """Whether this ledger is one of the last admitted with this key (then it needs no other check)."""
+        cdef int i
+        for i in range(self._recent_count):
+            if self._recent_ledger[i] == ledger_id and self._recent_scope[i] == scope_id:
+                known = self._recent_keys[i]
+                return master_key is known or master_key == known
+        return False
 
     def admit_all(self, list adds, list failures, unexpected):
         """admit for each (entry, master key, recovery, high priority) of `adds`; each refusal goes to
@@ -157,12 +182,14 @@ cdef class AddAdmission:
             self.lacs[key] = max(self.lacs.get(key, -1), entry_lac(entry))
 
     cdef _drop(self, Py_ssize_t start, Py_ssize_t end):
-        for listed in (self.indices, self.entries, self.high_priority, self.ledgers, self.recovery):
+        for listed in (self.indices, self.entries, self.high_priority, self.recovery):
             del listed[start:end]
 
     def journals(self, Py_ssize_t n_journals):
         """Each stored add's journal (several journals only): ledgerId mod n."""
-        return [ledger_id % n_journals for ledger_id in self.ledgers] if n_journals > 1 else None
+        if n_journals <= 1:
+            return None
+        return [_ledger_of(entry) % n_journals for entry in self.entries]
 
     def store_one(self, storage):
         """The single add admitted last, stored now: (its ledger id, its bytes: its journal record)."""
@@ -170,4 +197,4 @@ cdef class AddAdmission:
         storage.add_entry(entry, self.high_priority[-1])
         if self._tracked:
             self._note_lac(entry)
-        return self.ledgers[-1], entry
+        return _ledger_of(entry), entry

@@ -218,6 +218,30 @@ def test_add_entries_checks_the_key_of_every_add_even_in_a_run_of_one_ledger(tmp
         assert bookie.entries_of_ledger(1) == [0, 2, 3]
 
 
+def test_add_entries_checks_every_add_of_writers_taking_turns_over_more_ledgers_than_it_remembers(tmp_path):
+    """Admission remembers the last few ledgers it admitted (writers round-robin over ledgers); with adds
+    taking turns over 10 ledgers, more than it remembers, a wrong key and a fenced ledger are still refused
+    wherever they come, and every other add is stored."""
+    with Bookie(_conf(tmp_path)) as bookie:
+        bookie.fence_sync(107, KEY, scope_id=0)
+        w = _Waiter()
+        adds, refused = [], {}
+        for round_ in range(6):
+            for ledger in range(100, 110):
+                key = OTHER if (ledger, round_) in ((103, 4), (109, 1)) else KEY
+                if key is OTHER:
+                    refused[len(adds)] = BKUnauthorizedAccessException
+                elif ledger == 107:
+                    refused[len(adds)] = BKLedgerFencedException
+                adds.append((_entry(ledger, round_), key, False, False))
+        failures = bookie.add_entries(adds, w)
+        assert {i: type(e) for i, e in failures} == refused
+        assert w.wait() == ([i for i in range(len(adds)) if i not in refused], None)
+        assert bookie.entries_of_ledger(103) == [0, 1, 2, 3, 5]
+        assert bookie.entries_of_ledger(109) == [0, 2, 3, 4, 5]
+        assert bookie.entries_of_ledger(100) == list(range(6))
+
+
 # --- server -----------------------------------------------------------------------------------------------
 
 class _Dispatcher:
