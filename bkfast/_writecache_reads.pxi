@@ -7,16 +7,6 @@ from bkfast._entrysource cimport EntrySource
 from bkfast._stats cimport Counter
 
 
-cdef bint _half_holds(WriteCacheHalf half, uint64_t scope_id, uint64_t ledger_id, int64_t entry_id) noexcept nogil:
-    cdef uint32_t ledger
-    cdef bint found
-    pthread_mutex_lock(<pthread_mutex_t *>half._mutex)
-    ledger = half._find_ledger(scope_id, ledger_id)
-    found = ledger != NOT_FOUND and half._find_slot(ledger, entry_id) != NULL
-    pthread_mutex_unlock(<pthread_mutex_t *>half._mutex)
-    return found
-
-
 cdef class ReadCacheRing:
     """DbLedgerStorage's read-ahead cache (Java's ReadCache): a ring of `segments` halves of
     max_size / segments bytes each; entries go to the newest, and when it is full the oldest is dropped
@@ -95,7 +85,8 @@ cdef class ReadCacheRing:
 
     cdef bint _holds(self, uint64_t scope_id, uint64_t ledger_id, int64_t entry_id):
         for half in self._halves:
-            if _half_holds(<WriteCacheHalf>half, scope_id, ledger_id, entry_id):
+            # copy_entry_c with no room to copy into: only whether (and how long) the half holds it
+            if (<WriteCacheHalf>half).copy_entry_c(scope_id, ledger_id, entry_id, NULL, -1) >= 0:
                 return True
         return False
 
@@ -103,7 +94,6 @@ cdef class ReadCacheRing:
         with self._lock:
             for half in self._halves:
                 (<WriteCacheHalf>half).delete_ledger(key)
-
 
 
 cdef class MemoryEntries(EntrySource):
