@@ -21,6 +21,7 @@ from libc.string cimport memcmp, memcpy, memmove
 
 from bkfast._bigendian cimport get_i32, get_i64, get_u32, get_u64, put_u32, put_u64
 from bkfast._entryheader cimport peek_ids
+from bkfast._addsink cimport AddSink, TakenAdd
 from bkfast._entrysource cimport EntrySource
 from bkfast._protowire cimport pw_put_varint, pw_varint_size
 
@@ -60,6 +61,7 @@ cdef enum:
     HMAC_TEMPLATE_CACHE = 4096
     ZLIB_CRC32_MIN_BYTES = 512
     CRC32C_LIBRARY_MIN_BYTES = 8192
+    C_OP_ADD = 1                  # OP_ADD for C comparisons (a module constant is a Python lookup)
 
 OP_ADD = 1
 OP_READ = 2
@@ -1025,6 +1027,17 @@ cdef class FrameBuilder:
             self.length += 4 + RESPONSE_HEADERS_SIZE
         self.frame_count += n
 
+    def add_taken_add_responses(self, int rc, bytes taken):
+        """add_add_response(rc, ...) for each add an AddSink took (`taken`: its packed TakenAdd list)."""
+        cdef const TakenAdd *add = <const TakenAdd *>PyBytes_AS_STRING(taken)
+        cdef Py_ssize_t i, n = PyBytes_GET_SIZE(taken) // sizeof(TakenAdd)
+        self.reserve(n * (4 + RESPONSE_HEADERS_SIZE))
+        for i in range(n):
+            write_response_header(self.buf + self.length, RESPONSE_HEADERS_SIZE, <int>add[i].version, C_OP_ADD, rc,
+                                  add[i].ledger_id, add[i].entry_id)
+            self.length += 4 + RESPONSE_HEADERS_SIZE
+        self.frame_count += n
+
     def add_v3_add_responses(self, int status, list ids):
         """add_v3_add_response(status, ...) for each (ledger_id, entry_id, txn, scope_id) of `ids`."""
         cdef tuple add
@@ -1229,6 +1242,28 @@ cdef class FrameBuilder:
 
 
 # --- streaming frame splitter ---------------------------------------------------------------------
+cdef inline int offer_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
+    """Offer a frame to `sink` if it is a plain v2 ADD (version 1 or 2, no flags, an unscoped entry with
+    its ids): 1 when the sink took it."""
+    cdef int version, opcode, flags
+    if n < 4 + MASTER_KEY_LENGTH + 16:
+        return 0
+    split_header(get_u32(p), &version, &opcode, &flags)
+    if opcode != C_OP_ADD or version < 1 or version > 2 or flags != 0 or (p[4 + MASTER_KEY_LENGTH] & 0x80):
+        return 0
+    return sink.take_c(get_i64(p + 4 + MASTER_KEY_LENGTH), get_i64(p + 12 + MASTER_KEY_LENGTH), version, p + 4,
+                       p + 4 + MASTER_KEY_LENGTH, n - 4 - MASTER_KEY_LENGTH)
+
+
+cdef inline AddSink complete(const uint8_t *p, Py_ssize_t length, list frames, AddSink sink, object body):
+    """A frame is complete: offered to `sink` (which stays the sink if it took it), else listed (`body`:
+    its bytes when the splitter has them already); listing ends the sink's turn for this feed."""
+    if sink is not None and offer_add(sink, p, length):
+        return sink
+    frames.append(body if body is not None else PyBytes_FromStringAndSize(<const char*>p, length))
+    return None
+
+
 cdef class FrameSplitter:
     """Cuts a byte stream into frame bodies (length prefixes stripped), whatever the chunking.
 
@@ -1278,15 +1313,17 @@ cdef class FrameSplitter:
             return length
         raise self.failure[0](self.failure[1])
 
-    def feed(self, data):
+    def feed(self, data, AddSink sink=None):
         """Take the next chunk of the stream; return the list of frame bodies it completed.
+
+        `sink`: each completed plain v2 ADD is offered to it first (_addsink.pxd), and one it takes
+        makes no frame; from the first one it does not take (or the first other frame) on, every frame
+        of this chunk is listed, so the list is the stream's order after what the sink took.
 
         On a bad length prefix the FrameError raised carries `.frames`: the whole frames that came
         before it in this chunk, which the caller may still process before closing the connection.
         """
         cdef Py_buffer view
-        cdef const uint8_t *p
-        cdef Py_ssize_t n, i = 0, take, length
         cdef list frames = []
         if self.failure is not None:
             err = self.failure[0](self.failure[1])
@@ -1294,50 +1331,63 @@ cdef class FrameSplitter:
             raise err
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
-            p = <const uint8_t*>view.buf
-            n = view.len
-            while i < n:
-                if self.body is not None:
-                    take = self.body_len - self.body_have
-                    if take > n - i:
-                        take = n - i
-                    memcpy(PyBytes_AS_STRING(self.body) + self.body_have, p + i, take)
-                    self.body_have += take
-                    i += take
-                    if self.body_have == self.body_len:
-                        frames.append(self.body)
-                        self.body = None
-                    continue
-                if self.header_have == 0 and n - i >= 4:
-                    length = self.check_length(p + i)
-                    i += 4
-                else:
-                    take = 4 - self.header_have
-                    if take > n - i:
-                        take = n - i
-                    memcpy(self.header + self.header_have, p + i, take)
-                    self.header_have += take
-                    i += take
-                    if self.header_have < 4:
-                        break
-                    self.header_have = 0
-                    length = self.check_length(self.header)
-                if n - i >= length:
-                    frames.append(PyBytes_FromStringAndSize(<const char*>p + i, length))
-                    i += length
-                else:
-                    # The body's size is known and bounded: allocate it once, fill it as data comes.
-                    self.body = PyBytes_FromStringAndSize(NULL, length)
-                    self.body_len = length
-                    self.body_have = n - i
-                    memcpy(PyBytes_AS_STRING(self.body), p + i, n - i)
-                    i = n
+            self.split(<const uint8_t*>view.buf, view.len, frames, sink)
         except FrameError as err:
             err.frames = frames
             raise
         finally:
             PyBuffer_Release(&view)
+            if sink is not None:
+                sink.feed_done_c()
         return frames
+
+    cdef int split(self, const uint8_t *p, Py_ssize_t n, list frames, AddSink sink) except -1:
+        cdef Py_ssize_t i = 0, take, length
+        while i < n:
+            if self.body is not None:
+                take = self.body_len - self.body_have
+                if take > n - i:
+                    take = n - i
+                memcpy(PyBytes_AS_STRING(self.body) + self.body_have, p + i, take)
+                self.body_have += take
+                i += take
+                if self.body_have == self.body_len:
+                    sink = complete(<const uint8_t*>PyBytes_AS_STRING(self.body), self.body_len, frames, sink,
+                                    self.body)
+                    self.body = None
+                continue
+            length = self.next_length(p, n, &i)
+            if length < 0:
+                break
+            if n - i >= length:
+                sink = complete(p + i, length, frames, sink, None)
+                i += length
+            else:
+                # The body's size is known and bounded: allocate it once, fill it as data comes.
+                self.body = PyBytes_FromStringAndSize(NULL, length)
+                self.body_len = length
+                self.body_have = n - i
+                memcpy(PyBytes_AS_STRING(self.body), p + i, n - i)
+                i = n
+        return 0
+
+    cdef Py_ssize_t next_length(self, const uint8_t *p, Py_ssize_t n, Py_ssize_t *at) except -2:
+        """The next frame's (checked) length from p[at:], moving `at` past its prefix; -1 when the chunk
+        ends inside the prefix (kept for the next chunk)."""
+        cdef Py_ssize_t i = at[0], take
+        if self.header_have == 0 and n - i >= 4:
+            at[0] = i + 4
+            return self.check_length(p + i)
+        take = 4 - self.header_have
+        if take > n - i:
+            take = n - i
+        memcpy(self.header + self.header_have, p + i, take)
+        self.header_have += take
+        at[0] = i + take
+        if self.header_have < 4:
+            return -1
+        self.header_have = 0
+        return self.check_length(self.header)
 
 
 include "_codec_v3.pxi"

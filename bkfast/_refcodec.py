@@ -74,6 +74,8 @@ _V2_LAC = struct.Struct(">BQqq")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_TAKEN_ADD = struct.Struct("=qqq")  # _addsink.pxd's TakenAdd
+_ADD_IDS = struct.Struct(">qq")      # a v2 ADD's ledger and entry ids, after its master key
 _RESPONSE = struct.Struct(">Iiqq")
 
 
@@ -538,6 +540,11 @@ class FrameBuilder:
             else:
                 self.add_add_response(rc, ledger_id, entry_id, version)
 
+    def add_taken_add_responses(self, rc, taken):
+        """For each add an AddSink took: `taken` packs (ledger, entry, version) as native int64s."""
+        for ledger_id, entry_id, version in _TAKEN_ADD.iter_unpack(taken):
+            self.add_add_response(rc, ledger_id, entry_id, version)
+
     def add_v3_add_responses(self, status, ids):
         for ledger_id, entry_id, txn, scope_id in ids:
             self.add_v3_add_response(status, ledger_id, entry_id, txn, scope_id)
@@ -588,6 +595,17 @@ class FrameBuilder:
         return out
 
 
+def _offer_add(sink, frame: bytes) -> bool:
+    """Offer `frame` to the AddSink if it is a plain v2 ADD (version 1-2, no flags, unscoped, with ids)."""
+    if len(frame) < 4 + MASTER_KEY_LENGTH + 16:
+        return False
+    version, opcode, flags = decode_packet_header(_U32.unpack_from(frame)[0])
+    if opcode != OP_ADD or not 1 <= version <= 2 or flags or frame[4 + MASTER_KEY_LENGTH] & 0x80:
+        return False
+    ledger_id, entry_id = _ADD_IDS.unpack_from(frame, 4 + MASTER_KEY_LENGTH)
+    return sink.take(ledger_id, entry_id, version, frame[4:4 + MASTER_KEY_LENGTH], frame[4 + MASTER_KEY_LENGTH:])
+
+
 class FrameSplitter:
     """Cuts a byte stream into frame bodies; the length is checked before the body is buffered."""
 
@@ -617,7 +635,8 @@ class FrameSplitter:
             return
         raise self._failure[0](self._failure[1])
 
-    def feed(self, data) -> list[bytes]:
+    def feed(self, data, sink=None) -> list[bytes]:
+        """As the Cython splitter: plain v2 ADDs are offered to `sink` (an AddSink) until it refuses one."""
         if self._failure is not None:
             err = self._failure[0](self._failure[1])
             err.frames = []
@@ -632,7 +651,10 @@ class FrameSplitter:
                 self._check_length(length)
                 if len(buf) - off - 4 < length:
                     break
-                frames.append(bytes(buf[off + 4:off + 4 + length]))
+                frame = bytes(buf[off + 4:off + 4 + length])
+                if sink is None or not _offer_add(sink, frame):
+                    sink = None
+                    frames.append(frame)
                 off += 4 + length
         except FrameError as err:
             err.frames = frames

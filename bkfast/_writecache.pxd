@@ -4,6 +4,12 @@
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 
+# put_c's answers
+cdef enum:
+    PUT_OK = 0
+    PUT_NO_ROOM = 1
+    PUT_NO_MEMORY = -1
+
 cdef struct LedgerRecord:
     uint64_t scope_id           # the qualified key's high 64 bits (0 for a plain ledger)
     uint64_t ledger_id          # its low 64 bits
@@ -53,6 +59,8 @@ cdef class WriteCacheHalf:
     cdef readonly Py_ssize_t size
     cdef readonly Py_ssize_t count
 
+    cdef void lock_c(self) noexcept nogil
+    cdef void unlock_c(self) noexcept nogil
     cdef int put_c(self, uint64_t scope_id, uint64_t ledger_id, int64_t entry_id, const uint8_t *data,
                    uint32_t length, Py_ssize_t limit) noexcept nogil
     cdef int _put_locked(self, uint64_t scope_id, uint64_t ledger_id, int64_t entry_id, const uint8_t *data,

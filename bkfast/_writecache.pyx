@@ -66,13 +66,6 @@ cdef uint32_t NO_SEGMENT = 0xFFFFFFFFu
 cdef uint32_t NOT_FOUND = 0xFFFFFFFFu
 cdef object MAX_U64 = (1 << 64) - 1
 
-# put_c's answers
-cdef enum:
-    PUT_OK = 0
-    PUT_NO_ROOM = 1
-    PUT_NO_MEMORY = -1
-
-
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     # splitmix64's finalizer: ledger and entry ids are sequential, the index wants them spread
     x ^= x >> 30
@@ -353,7 +346,14 @@ cdef class WriteCacheHalf:
         self._nsegments += 1
         return block
 
-    # --- the C API (_writecache.pxd): each call takes the mutex --------------------------------------
+    # --- the C API (_writecache.pxd): each call takes the mutex, but _put_locked --------------------
+    cdef void lock_c(self) noexcept nogil:
+        """Hold the mutex for several _put_locked calls (a run of puts: one lock, not one per entry)."""
+        pthread_mutex_lock(<pthread_mutex_t *>self._mutex)
+
+    cdef void unlock_c(self) noexcept nogil:
+        pthread_mutex_unlock(<pthread_mutex_t *>self._mutex)
+
     cdef int put_c(self, uint64_t scope_id, uint64_t ledger_id, int64_t entry_id, const uint8_t *data,
                    uint32_t length, Py_ssize_t limit) noexcept nogil:
         """Store a copy of the entry: PUT_OK; PUT_NO_ROOM when `limit` >= 0 and the half would hold more

@@ -56,6 +56,7 @@ cdef class AddAdmission:
     cdef object _bookie
     cdef object _is_fenced
     cdef object _tracked
+    cdef object _fast_adds
     cdef bint _read_only
     cdef dict _admitted                # (scope, ledger) -> the key admitted for a ledger seen not fenced
     # The last RECENT ledgers admitted (not fenced; keys in _recent_keys), replaced round-robin.
@@ -80,6 +81,7 @@ cdef class AddAdmission:
         self._read_only = bookie.read_only
         self._is_fenced = bookie.storage_full.fence_check()
         self._tracked = bookie.lac.tracked
+        self._fast_adds = bookie.fast_adds
         self._admitted = {}
         self._recent_keys = [None] * RECENT
         self._recent_count = self._recent_next = 0
@@ -116,6 +118,8 @@ cdef class AddAdmission:
             if self._is_fenced(ledger_id, scope_id):
                 raise BKLedgerFencedException(f"ledger {ledger_id} is fenced")
             self._admitted[key] = master_key
+            if not scope_id:
+                self._fast_adds.note_admitted(ledger_id, master_key)
         elif recovery:
             return
         at = self._recent_next

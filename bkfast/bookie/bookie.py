@@ -30,6 +30,7 @@ from bkfast.bookie import journal as journal_mod
 from bkfast.bookie._admission import AddAdmission
 from bkfast.bookie.blocking import SYNC_WAIT_SECONDS, BlockingCalls  # noqa: F401  (SYNC_WAIT_SECONDS: re-exported)
 from bkfast.bookie.disk_checker import DiskChecker, is_no_space
+from bkfast.bookie.fast_adds import FastAdds
 from bkfast.bookie.gc import GarbageCollector
 from bkfast.bookie.interface import BookieMetricsSink
 from bkfast.bookie.journals import JournalSet
@@ -130,7 +131,15 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         self.metrics: BookieMetricsSink | None = None
         # Per ledger: known LAC and long-poll waiters (reactor thread; see bkfast.bookie.lac).
         self.lac = LacTracker()
+        self._init_fast_adds()
         self._room_listener: Callable[[], None] | None = None
+
+    def _init_fast_adds(self) -> None:
+        """The reactor's add fast path: the ledgers admitted, and a socket read's adds stored in one C run;
+        it forgets a ledger the GC deletes."""
+        self.fast_adds = FastAdds(self.storage, self.journals, self._ledger_lock, self.stats, self.lac,
+                                  lambda: self.read_only)
+        self.gc.on_ledger_deleted = self.fast_adds.forget
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -331,6 +340,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         try:
             with self._ledger_lock:
                 self.admit_ledger(scope_id, ledger_id, master_key)
+                self.fast_adds.forget(ledger_id, scope_id)
                 newly_fenced = self.storage.set_fenced(ledger_id, scope_id)
                 waiters = self._fences_in_flight.get(key)
                 if waiters is not None:
@@ -423,6 +433,9 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         never touches the disk, so the reactor may call it (a miss goes to the server's read pool)."""
         return self._read_cached(ledger_id, entry_id, scope_id)
 
+    def add_runs(self) -> FastAdds | None:
+        return self.fast_adds if self.fast_adds.run is not None else None
+
     def memory_lookup(self) -> EntrySource | Callable[[int, int, int], bytes | None]:
         """Ledger storage's C entry source (DbLedgerStorage's caches), else read_entry_cached's storage call."""
         source = self.storage.memory_entries
@@ -466,6 +479,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         return entries
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
+        self.fast_adds.forget(ledger_id, scope_id)
         self.storage.delete_ledger(ledger_id, scope_id)
         self.storage_full.forget_ledger(ledger_id, scope_id)
         self.lac.drop(scope_id, ledger_id)

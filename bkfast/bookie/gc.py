@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from bkfast._stats import now_ns
 from bkfast.bookie.compaction import CompactionStats, Compactor, log_size
@@ -112,6 +113,8 @@ class GarbageCollector:
         self.storage = storage
         self.settings = settings
         self.source = ledger_exists_source
+        # Told (ledger_id, scope_id) before a ledger is deleted (the Bookie: its add fast path forgets it).
+        self.on_ledger_deleted: Callable[[int, int], object] | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._run_lock = threading.Lock()
@@ -238,6 +241,8 @@ class GarbageCollector:
         for scope_id, ledger_id in snapshot:
             if (scope_id, ledger_id) in existing:
                 continue
+            if self.on_ledger_deleted is not None:
+                self.on_ledger_deleted(ledger_id, scope_id)
             self.storage.delete_ledger(ledger_id, scope_id)
             self.ledgers_deleted += 1
             self._stats_of(ledger_id, scope_id).deleted_ledgers.inc()

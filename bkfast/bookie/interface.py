@@ -17,16 +17,37 @@ from pathlib import Path
 from typing import Protocol
 
 from bkfast._entrysource import EntrySource
+from bkfast.bookie._addrun import AddRun
 from bkfast.bookie.lac import LacWaiter
 from bkfast.bookie.stats import BookieStats
 from bkfast.stats import StatsLogger
 
-__all__ = ["ServerBookie", "BookieMetricsSink", "Completion", "BatchCompletion"]
+__all__ = ["AddRuns", "ServerBookie", "BookieMetricsSink", "Completion", "BatchCompletion", "TakenAnswer"]
 
 # callback(error): None once the operation is durable (or done), else the BKError refusing it.
 Completion = Callable[[BaseException | None], None]
 # callback(accepted, error) of a batch of adds: `accepted` the indices it answers, None: every add taken.
 BatchCompletion = Callable[[list[int] | None, BaseException | None], None]
+
+
+# answer(error, taken, count) of an add run's share: `count` adds (`taken`: their packed ids, for
+# FrameBuilder.add_taken_add_responses) are durable (error None) or failed.
+TakenAnswer = Callable[[BaseException | None, bytes, int], object]
+
+
+class AddRuns(Protocol):
+    """The reactor's add fast path (bkfast.bookie.fast_adds.FastAdds): a socket read's plain v2 ADDs to
+    admitted ledgers, taken by the frame splitter from an open run."""
+
+    def open(self, limit: int) -> AddRun | None:
+        """A run of at most `limit` adds, or None when adds must take the general path now. The caller
+        feeds the splitter with it and must close it (in a `finally`): it holds locks."""
+        ...
+
+    def close(self, run: AddRun, answer: TakenAnswer) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
+        """Journal what the run took; (adds taken, [(error, taken, count)] of the shares refused now, for
+        the caller to answer)."""
+        ...
 
 
 class BookieMetricsSink(Protocol):
@@ -93,6 +114,10 @@ class ServerBookie(Protocol):
 
     def read_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
         """The entry if it is in memory, else None; never touches the disk."""
+        ...
+
+    def add_runs(self) -> AddRuns | None:
+        """The add fast path when ledger storage supports it (DbLedgerStorage), else None."""
         ...
 
     def memory_lookup(self) -> EntrySource | Callable[[int, int, int], bytes | None]:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -473,6 +474,11 @@ class Journal:
         Control records do not count (module docstring)."""
         queued = self._bounded
         return queued == 0 or queued + records <= self._queue_size
+
+    def room(self) -> int:
+        """How many more records has_room would let in now (sys.maxsize while the queue is empty)."""
+        queued = self._bounded
+        return self._queue_size - queued if queued else sys.maxsize
 
     def want_room(self) -> None:
         """Call room_listener() once the journal thread takes the queued batch (so room is back)."""

@@ -47,7 +47,7 @@ from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, 
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
 from bkfast.dbstorage.settings import DbStorageSettings
 from bkfast.dbstorage.stats import DbDirStats
-from bkfast.dbstorage.write_cache import WriteCache
+from bkfast.dbstorage.write_cache import WriteCache, WriteCacheHalf
 from bkfast.errors import (
     BKIllegalOpException,
     BKNoSuchLedgerExistsException,
@@ -203,6 +203,21 @@ class SingleDirectoryDbLedgerStorage:
         data = entry_bytes if type(entry_bytes) is bytes else bytes(entry_bytes)
         self._write_cache.put(ledger_id if not scope_id else (scope_id << 64) | ledger_id, entry_id, data)
         (self._pending_high_adds if high_priority else self._pending_adds).inc()
+
+    def hold_write_half(self) -> WriteCacheHalf:
+        """AddRunDirectory.hold_write_half: the active half, locked against a swap until release."""
+        if self._closed:
+            raise ValueError("the ledger storage is closed")
+        return self._write_cache.hold_active()
+
+    def release_write_half(self, stored: int) -> None:
+        """AddRunDirectory.release_write_half: `stored` adds counted as add_entry counts them."""
+        self._pending_adds.add(stored)
+        self._write_cache.release_active()
+
+    @property
+    def write_half_limit(self) -> int:
+        return self._write_cache.half_size
 
     def record_adds(self, nanos_each: int) -> None:
         """The adds stored since the last call took `nanos_each` each (add_entry stats; the Bookie's)."""

@@ -106,13 +106,20 @@ class DbLedgerStorage:
         """The storage with the dbStorage_* and entry-log keys of a ServerConfiguration."""
         return cls(ledger_dirs, index_dirs, DbStorageSettings.from_conf(conf), entry_logger, stats)
 
+    def directory_index(self, ledger_id: int, scope_id: int = 0) -> int:
+        """The directory that stores the ledger: its position in `directories`."""
+        return (ledger_id if not scope_id else scope_id ^ ledger_id) % len(self._dirs)
+
     def _dir(self, ledger_id: int, scope_id: int) -> SingleDirectoryDbLedgerStorage:
-        dirs = self._dirs
-        selector = ledger_id if not scope_id else scope_id ^ ledger_id
-        return dirs[selector % len(dirs)]
+        return self._dirs[self.directory_index(ledger_id, scope_id)]
 
     @property
     def directories(self) -> list[SingleDirectoryDbLedgerStorage]:
+        return list(self._dirs)
+
+    @property
+    def add_run_directories(self) -> list[SingleDirectoryDbLedgerStorage]:
+        """LedgerStorage.add_run_directories: every directory (routed by directory_index)."""
         return list(self._dirs)
 
     # -- ledger metadata ---------------------------------------------------------------------------

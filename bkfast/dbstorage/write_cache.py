@@ -92,6 +92,15 @@ class WriteCache:
             raise StorageBusyError(f"write cache full ({self.half_size} bytes per half); flushing")
         self._wait_and_put(key, entry_id, data)
 
+    def hold_active(self) -> WriteCacheHalf:
+        """The active half, with the lock held so that no swap replaces it until release_active: the
+        reactor's add fast path puts into it directly (the half's own mutex orders it against readers)."""
+        self._lock.acquire()
+        return self._active
+
+    def release_active(self) -> None:
+        self._lock.release()
+
     def put_entries(self, entries: list[bytes], start: int) -> tuple[int, int]:
         """put for entries[start:] (ids from their headers) while they fit the active half, in one C call:
         bkfast._writecache.put_entries' (first entry not stored, why). That entry is the caller's (put

@@ -39,7 +39,7 @@ from bkfast.indexstorage.settings import IndexStorageSettings
 from bkfast.stats import StatsLogger, StatsRegistry
 from bkfast.storage.entry_header import entry_lac
 from bkfast.storage.entrylogger import EntryLogger
-from bkfast.storage.interface import add_each
+from bkfast.storage.interface import AddRunDirectory, add_each
 from bkfast.threads import FLUSH, NamedThread
 
 __all__ = ["IndexedLedgerStorage"]
@@ -78,6 +78,7 @@ class IndexedLedgerStorage:
         self._get_entry_stats = self.stats_logger.op_stats("STORAGE_GET_ENTRY")
         self._memtable: Memtable | None = None
         self.memory_entries: EntrySource | None = None     # the memtable is read by get_entry_cached
+        self.add_run_directories: Sequence[AddRunDirectory] | None = None   # no write cache to fill directly
         self._flush_thread: threading.Thread | None = None
         self._flush_event = threading.Event()
         if sorted:
@@ -152,6 +153,10 @@ class IndexedLedgerStorage:
 
     def _missing(self, scope_id: int, ledger_id: int, entry_id: int) -> Exception:
         return missing_entry_error(self._cache.exists(scope_id, ledger_id), scope_id, ledger_id, entry_id)
+
+    def directory_index(self, ledger_id: int, scope_id: int = 0) -> int:
+        """LedgerStorage.directory_index: no add-run directories, so 0."""
+        return 0
 
     def get_entry_cached(self, ledger_id: int, entry_id: int, scope_id: int = 0) -> bytes | None:
         """The entry if the memtable still holds it, else None; never touches the disk."""

@@ -155,6 +155,8 @@ class BookieServerFactory(protocol.ServerFactory):
         # plain READs are first looked up in memory.
         self.batch_adds = True
         self.read_cached = bookie.memory_lookup()
+        # The v2 add fast path (bkfast.bookie.fast_adds), when ledger storage has one: None, or off.
+        self.add_runs = bookie.add_runs()
         # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
         self.security: conn_tls.ServerSecurity | None = security
         self.connections: set[BookieServerProtocol] = set()
@@ -504,7 +506,7 @@ class BookieServerProtocol(protocol.Protocol):
             return
         self.arrival_ns = now_ns()
         try:
-            frames = self.splitter.feed(data)
+            frames = v2_handler.split_taking_adds(self, data)
         except FrameError as err:
             frames = err.frames
             if self.held or self.blocked:
@@ -647,8 +649,11 @@ class BookieServerProtocol(protocol.Protocol):
         return taken
 
     def add_started(self) -> None:
-        self.inflight_adds += 1
-        self.factory.pending_adds += 1
+        self.adds_started(1)
+
+    def adds_started(self, n: int) -> None:
+        self.inflight_adds += n
+        self.factory.pending_adds += n
         if self.inflight_adds > CONNECTION_MAX_INFLIGHT_ADDS:
             self.block(ADDS)
 

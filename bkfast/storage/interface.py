@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bkfast._entrysource import EntrySource
+from bkfast._writecache import WriteCacheHalf
 from bkfast.stats import StatsLogger
 from bkfast.storage.entrylogger import EntryLogger
 
-__all__ = ["LedgerStorage", "StorageDirectory", "EntryBytes", "add_each"]
+__all__ = ["AddRunDirectory", "LedgerStorage", "StorageDirectory", "EntryBytes", "add_each"]
 
 EntryBytes = bytes | bytearray | memoryview
 
@@ -52,6 +53,24 @@ class StorageDirectory(Protocol):
     def read_cache_size(self) -> int: ...
 
 
+class AddRunDirectory(Protocol):
+    """A ledger directory whose write cache the reactor's add fast path (bkfast.bookie.fast_adds) fills
+    directly, one run (a socket read's adds) at a time."""
+
+    def hold_write_half(self) -> WriteCacheHalf:
+        """The active write-cache half, locked against a swap until release_write_half."""
+        ...
+
+    def release_write_half(self, stored: int) -> None:
+        """The run stored `stored` entries in the held half (counted as add_entry counts them)."""
+        ...
+
+    @property
+    def write_half_limit(self) -> int:
+        """The bytes a half may hold: a put past it is refused (the general path then makes room)."""
+        ...
+
+
 class LedgerStorage(Protocol):
     """A bookie's ledger storage (see the module docstring)."""
 
@@ -59,6 +78,16 @@ class LedgerStorage(Protocol):
     def memory_entries(self) -> EntrySource | None:
         """What the reactor's read loops look in without a Python call per read (bkfast._entrysource);
         None for a storage whose memory get_entry_cached alone can answer."""
+        ...
+
+    @property
+    def add_run_directories(self) -> Sequence[AddRunDirectory] | None:
+        """Each ledger directory's write cache for the add fast path, in directory_index order; None for a
+        storage that has no such cache (every add goes through add_entries)."""
+        ...
+
+    def directory_index(self, ledger_id: int, scope_id: int = 0) -> int:
+        """The position in add_run_directories of the directory that stores this ledger (0 for one)."""
         ...
 
     # --- ledger metadata ------------------------------------------------------------------------------

@@ -1,0 +1,235 @@
+# cython: language_level=3
+"""The reactor's add fast path: the frame splitter hands each plain v2 ADD of a socket read straight to
+`AddRun.take_c`, which admits it against a C table, copies it into the write cache and lists it for the
+journal, with no Python object but its journal record.
+
+Why: per add, the general path made a frame, an entry, a tuple of its flags, a tuple of its ids and two
+ints, then admitted it through Python lists (~0.6 us of the reactor's ~1.2 us per add). The table holds
+what that admission proved for a ledger (its master key was checked and is journaled, and the ledger was
+not fenced), so an add to such a ledger with the same key needs no other check.
+
+Owns: the table of admitted ledgers (`TABLE_SLOTS` slots, direct-mapped by ledger id: a collision only
+sends the ledger's next add through the general path, which admits it again), and one run at a time: what
+it took, per journal (records and ids for the answers) and per ledger directory (counts).
+
+Must never: take an add the general path would refuse. So the table is filled only by the general path's
+admission (Bookie.note_admitted), and emptied of a ledger before anything can change its verdict: a fence
+(under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only or a
+reader tracking the ledger's LAC (those two stop the fast path: the Bookie opens no run). Nor take an add
+it cannot journal: a run takes at most the room each journal's queue has left and the adds the server
+still accepts. Everything here runs with the GIL held (the reactor; forget() from the GC thread), which is
+what makes the table's updates atomic with respect to take_c.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.list cimport PyList_GET_ITEM
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from bkfast._addsink cimport AddSink, TakenAdd
+from bkfast._writecache cimport PUT_OK, WriteCacheHalf
+
+__all__ = ["AddRun", "TABLE_SLOTS"]
+
+cdef enum:
+    KEY_BYTES = 20
+    SLOT_BITS = 12
+    C_TABLE_SLOTS = 1 << SLOT_BITS
+    NO_LEDGER = -1
+
+TABLE_SLOTS = C_TABLE_SLOTS
+
+
+cdef struct Admitted:
+    int64_t ledger_id               # NO_LEDGER: an empty slot
+    int32_t journal
+    int32_t directory
+    uint8_t key[KEY_BYTES]
+
+
+cdef struct Share:                  # one journal's part of a run: the answers' ids
+    TakenAdd *taken
+    Py_ssize_t count
+    Py_ssize_t capacity
+    Py_ssize_t room                 # how many more adds its queue takes in this run
+
+
+cdef inline Py_ssize_t slot_of(int64_t ledger_id) noexcept nogil:
+    # Fibonacci hashing: ledger ids are sequential, the table wants them spread
+    return <Py_ssize_t>((<uint64_t>ledger_id * 0x9E3779B97F4A7C15ULL) >> (64 - SLOT_BITS))
+
+
+cdef class AddRun(AddSink):
+    """The admitted-ledger table and the run in progress (see the module docstring)."""
+
+    cdef Admitted *_table
+    cdef readonly int journals
+    cdef readonly int directories
+    cdef bint _open
+    cdef list _halves                # per directory: the active write-cache half held for the run
+    cdef Py_ssize_t *_half_limits
+    cdef Py_ssize_t *_dir_counts
+    cdef bint *_locked              # per directory: its half's mutex is held (within one feed)
+    cdef Share *_shares
+    cdef list _records               # per journal: the entries taken (the journal records), in order
+    cdef Py_ssize_t _limit
+    cdef readonly Py_ssize_t count          # adds taken by the run in progress (or the last one)
+    cdef readonly Py_ssize_t taken_bytes    # their entries' bytes
+
+    def __cinit__(self, int journals, int directories):
+        cdef Py_ssize_t i
+        if journals < 1 or directories < 1:
+            raise ValueError(f"an add run needs journals and directories, not {journals} and {directories}")
+        self.journals, self.directories = journals, directories
+        self._table = <Admitted *>PyMem_Calloc(C_TABLE_SLOTS, sizeof(Admitted))
+        self._half_limits = <Py_ssize_t *>PyMem_Calloc(directories, sizeof(Py_ssize_t))
+        self._dir_counts = <Py_ssize_t *>PyMem_Calloc(directories, sizeof(Py_ssize_t))
+        self._locked = <bint *>PyMem_Calloc(directories, sizeof(bint))
+        self._shares = <Share *>PyMem_Calloc(journals, sizeof(Share))
+        if (self._table == NULL or self._half_limits == NULL or self._dir_counts == NULL or self._shares == NULL
+                or self._locked == NULL):
+            raise MemoryError()
+        for i in range(C_TABLE_SLOTS):
+            self._table[i].ledger_id = NO_LEDGER
+
+    def __dealloc__(self):
+        cdef int j
+        if self._shares != NULL:
+            for j in range(self.journals):
+                PyMem_Free(self._shares[j].taken)
+        PyMem_Free(self._shares)
+        PyMem_Free(self._table)
+        PyMem_Free(self._half_limits)
+        PyMem_Free(self._dir_counts)
+        PyMem_Free(self._locked)
+
+    # --- the table ------------------------------------------------------------------------------------
+    def admit(self, int64_t ledger_id, bytes master_key, int journal, int directory):
+        """The general path admitted an add of this (unscoped) ledger with this key, the ledger not fenced:
+        later adds with the same key may take the fast path, to `journal` and ledger `directory`."""
+        cdef Admitted *slot
+        if ledger_id < 0:
+            raise ValueError(f"ledger id {ledger_id} is negative")
+        if len(master_key) != KEY_BYTES:
+            raise ValueError(f"a master key has {KEY_BYTES} bytes, not {len(master_key)}")
+        if not (0 <= journal < self.journals and 0 <= directory < self.directories):
+            raise ValueError(f"journal {journal} / directory {directory} out of range")
+        slot = &self._table[slot_of(ledger_id)]
+        slot.ledger_id = ledger_id
+        slot.journal = journal
+        slot.directory = directory
+        memcpy(slot.key, <const char *>master_key, KEY_BYTES)
+
+    def forget(self, int64_t ledger_id):
+        """Adds of this ledger go through the general path again (it was fenced or deleted)."""
+        cdef Admitted *slot = &self._table[slot_of(ledger_id)]
+        if slot.ledger_id == ledger_id:
+            slot.ledger_id = NO_LEDGER
+
+    def forget_all(self):
+        cdef Py_ssize_t i
+        for i in range(C_TABLE_SLOTS):
+            self._table[i].ledger_id = NO_LEDGER
+
+    def knows(self, int64_t ledger_id):
+        """Whether adds of this ledger (with its key) may take the fast path now."""
+        return self._table[slot_of(ledger_id)].ledger_id == ledger_id
+
+    # --- a run ----------------------------------------------------------------------------------------
+    def open(self, list halves, list half_limits, list journal_rooms, Py_ssize_t limit):
+        """Start a run: `halves[d]` is directory d's active write-cache half, held (its cache's lock) until
+        close, and no fuller than `half_limits[d]` bytes after a put; `journal_rooms[j]` adds fit journal
+        j's queue; `limit` adds in all."""
+        cdef Py_ssize_t i
+        if self._open:
+            raise RuntimeError("an add run is already open")
+        if len(halves) != self.directories or len(half_limits) != self.directories:
+            raise ValueError(f"{self.directories} directories, got {len(halves)} halves")
+        if len(journal_rooms) != self.journals:
+            raise ValueError(f"{self.journals} journals, got {len(journal_rooms)} rooms")
+        for half in halves:
+            if not isinstance(half, WriteCacheHalf):
+                raise TypeError(f"a write-cache half, not {type(half).__name__}")
+        for i in range(self.directories):
+            self._half_limits[i] = half_limits[i]
+            self._dir_counts[i] = 0
+        for i in range(self.journals):
+            self._shares[i].count = 0
+            self._shares[i].room = journal_rooms[i]
+        self._halves = halves
+        self._records = [[] for _ in range(self.journals)]
+        self._limit = limit
+        self.count = self.taken_bytes = 0
+        self._open = True
+
+    def close(self):
+        """End the run: ([(journal, its records, its answers' ids as packed TakenAdd)] for each journal that
+        took adds, [adds stored per directory]). The caller releases the halves after this."""
+        cdef int j
+        cdef list shares = []
+        if not self._open:
+            raise RuntimeError("no add run is open")
+        self._open = False
+        self.feed_done_c()
+        self._halves = None
+        for j in range(self.journals):
+            if self._shares[j].count:
+                shares.append((j, self._records[j],
+                               PyBytes_FromStringAndSize(<const char *>self._shares[j].taken,
+                                                         self._shares[j].count * sizeof(TakenAdd))))
+        self._records = None
+        return shares, [self._dir_counts[j] for j in range(self.directories)]
+
+    cdef int take_c(self, int64_t ledger_id, int64_t entry_id, int version, const uint8_t *master_key,
+                    const uint8_t *entry, Py_ssize_t length) except -1:
+        cdef Admitted *slot
+        cdef Share *share
+        cdef WriteCacheHalf half
+        cdef TakenAdd *taken
+        cdef bytes record
+        if not self._open or self.count >= self._limit or ledger_id < 0 or entry_id < 0 or length > 0xFFFFFFFF:
+            return 0
+        slot = &self._table[slot_of(ledger_id)]
+        if slot.ledger_id != ledger_id or memcmp(slot.key, master_key, KEY_BYTES) != 0:
+            return 0
+        share = &self._shares[slot.journal]
+        if share.count >= share.room:
+            return 0
+        if share.count == share.capacity:
+            self._grow(share)
+        # The record first: if it cannot be made, nothing was stored.
+        record = PyBytes_FromStringAndSize(<const char *>entry, length)
+        half = <WriteCacheHalf>PyList_GET_ITEM(self._halves, slot.directory)
+        if not self._locked[slot.directory]:
+            half.lock_c()
+            self._locked[slot.directory] = True
+        if half._put_locked(0, <uint64_t>ledger_id, entry_id, entry, <uint32_t>length,
+                      self._half_limits[slot.directory]) != PUT_OK:
+            return 0
+        (<list>PyList_GET_ITEM(self._records, slot.journal)).append(record)
+        taken = &share.taken[share.count]
+        taken.ledger_id, taken.entry_id, taken.version = ledger_id, entry_id, version
+        share.count += 1
+        self._dir_counts[slot.directory] += 1
+        self.count += 1
+        self.taken_bytes += length
+        return 1
+
+    cdef void feed_done_c(self) noexcept:
+        # A half's mutex is held from a feed's first put into it to the end of that feed, not taken per
+        # put (~20% of the reactor's time per add). Never longer: other threads take it with the GIL held,
+        # and between feeds the reactor runs Python code, which may hand the GIL to one of them.
+        cdef int d
+        for d in range(self.directories):
+            if self._locked[d]:
+                self._locked[d] = False
+                (<WriteCacheHalf>PyList_GET_ITEM(self._halves, d)).unlock_c()
+
+    cdef int _grow(self, Share *share) except -1:
+        cdef Py_ssize_t capacity = 2 * share.capacity if share.capacity else 256
+        cdef TakenAdd *grown = <TakenAdd *>PyMem_Realloc(share.taken, capacity * sizeof(TakenAdd))
+        if grown == NULL:
+            raise MemoryError()
+        share.taken, share.capacity = grown, capacity
+        return 0

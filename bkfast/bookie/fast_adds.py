@@ -1,0 +1,135 @@
+"""The Bookie's side of the reactor's add fast path (bkfast.bookie._addrun): when a socket read's plain v2
+ADDs may skip the general path, and what a run's adds become once the splitter has handed them over.
+
+A run: `open` (the reactor, once per socket read) checks that nothing would make the general path refuse
+an add the table admits (the bookie read-only, a reader tracking some ledger's LAC), takes the Bookie's
+ledger lock (so no fence comes between an add's check and its store) and each ledger directory's active
+write-cache half; the splitter offers the adds; `close` releases both and hands each journal its share of
+records with one completion, which the caller's `answer` turns into the responses once durable.
+
+Stats are those of Bookie.add_entries: BOOKIE_ADD_ENTRY (the run's time split over its adds), its bytes,
+WRITE_BYTES, and ledger storage's add_entry count and latency.
+
+Must never: open a run the general path's verdict could differ from, or leave a lock held (close runs in
+the caller's `finally`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+from bkfast._addsink import MASTER_KEY_BYTES
+from bkfast._stats import now_ns
+from bkfast.bookie._addrun import AddRun
+from bkfast.bookie.journals import JournalSet, journal_index
+from bkfast.errors import BKError
+
+if TYPE_CHECKING:
+    import threading
+
+    from bkfast.bookie.interface import TakenAnswer
+    from bkfast.bookie.lac import LacTracker
+    from bkfast.bookie.stats import BookieStats
+    from bkfast.storage.interface import AddRunDirectory, LedgerStorage
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FastAdds"]
+
+
+def _share_done(answer: TakenAnswer, taken: bytes, count: int, error: BaseException | None) -> None:
+    """A journal's completion token for its share of a run."""
+    answer(error, taken, count)
+
+
+
+class FastAdds:
+    """The admitted-ledger table of one Bookie and the runs over it (see the module docstring)."""
+
+    def __init__(self, storage: LedgerStorage, journals: JournalSet, ledger_lock: threading.Lock,
+                 stats: BookieStats, lac: LacTracker, read_only: Callable[[], bool]):
+        self._storage = storage
+        self._journals = journals
+        self._ledger_lock = ledger_lock
+        self._stats = stats
+        self._lac = lac
+        self._read_only = read_only
+        directories = storage.add_run_directories
+        self._directories: Sequence[AddRunDirectory] = directories or ()
+        self.run: AddRun | None = AddRun(len(journals), len(directories)) if directories else None
+        self._opened_ns = 0
+
+    # --- the table (the general path's admission fills it; fences and deletes empty it) -------------
+    def note_admitted(self, ledger_id: int, master_key: bytes) -> None:
+        """An add of this unscoped ledger passed the general path's admission, not fenced (lock held)."""
+        if self.run is not None and type(master_key) is bytes and len(master_key) == MASTER_KEY_BYTES:
+            self.run.admit(ledger_id, master_key, journal_index(ledger_id, len(self._journals)),
+                           self._storage.directory_index(ledger_id))
+
+    def forget(self, ledger_id: int, scope_id: int = 0) -> None:
+        """The ledger was fenced or deleted: its adds go through the general path again."""
+        if self.run is not None and not scope_id:
+            self.run.forget(ledger_id)
+
+    # --- a run ----------------------------------------------------------------------------------------
+    def open(self, limit: int) -> AddRun | None:
+        """Start a run of at most `limit` adds; None when adds must take the general path now."""
+        run = self.run
+        if run is None or limit <= 0 or self._read_only() or self._lac.tracked:
+            return None
+        halves: list = []
+        self._ledger_lock.acquire()
+        try:
+            for directory in self._directories:
+                halves.append(directory.hold_write_half())
+            run.open(halves, [d.write_half_limit for d in self._directories],
+                     [journal.room() for journal in self._journals], limit)
+        except BaseException:
+            for directory in self._directories[:len(halves)]:
+                directory.release_write_half(0)
+            self._ledger_lock.release()
+            raise
+        self._opened_ns = now_ns()
+        return run
+
+    def close(self, run: AddRun, answer: TakenAnswer) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
+        """End the run and journal what it took: each journal's share is answered through `answer` once
+        durable. Returns (the adds taken, [(error, taken, count)] of the shares a journal refused: nothing of
+        them was queued, and the caller answers them)."""
+        stored = [0] * len(self._directories)
+        try:
+            shares, stored = run.close()
+        finally:
+            for directory, count in zip(self._directories, stored, strict=True):
+                directory.release_write_half(count)
+            self._ledger_lock.release()
+        return run.count, self._journal(shares, answer, run.count, run.taken_bytes) if shares else []
+
+    def _journal(self, shares: list, answer: TakenAnswer, count: int, taken_bytes: int) -> list:
+        stats = self._stats
+        each = (now_ns() - self._opened_ns) // count
+        self._storage.record_adds(each)
+        journals = self._journals
+        refused = []
+        for journal, records, taken in shares:
+            try:
+                journals[journal].log_records(records, partial(_share_done, answer, taken, len(records)))
+            except BKError as error:
+                # Nothing of this share was queued: its adds fail (they stay in ledger storage
+                # unacknowledged, as Bookie.add_entries leaves them).
+                log.error("journal %d refused %d adds: %s", journal, len(records), error)
+                stats.add_entry.fail_ns_many(len(records), each)
+                for record in records:
+                    stats.add_entry_bytes.fail_value(len(record))
+                refused.append((error, taken, len(records)))
+                count -= len(records)
+                taken_bytes -= sum(map(len, records))
+                continue
+            stats.add_entry_bytes.ok_lengths(records)
+        if count:
+            stats.add_entry.ok_ns_many(count, each)
+            stats.write_bytes.add(taken_bytes)
+        return refused

@@ -1,0 +1,233 @@
+"""The reactor's add fast path (bkfast.bookie._addrun, bkfast.bookie.fast_adds, FrameSplitter.feed's sink):
+a socket read's plain v2 ADDs to ledgers the general path admitted are stored and journaled with no frame
+made of them, and everything the general path would refuse still goes to it, in stream order. Real
+write-cache halves, a real Bookie on DbLedgerStorage with its journal, and the server's protocol objects."""
+
+import random
+import struct
+import threading
+
+import pytest
+from twisted.internet import task
+from twisted.internet.testing import StringTransport
+
+from bkfast import _codec, _refcodec
+from bkfast._writecache import SegmentPool, WriteCacheHalf
+from bkfast.bookie._addrun import TABLE_SLOTS, AddRun
+from bkfast.bookie.bookie import Bookie
+from bkfast.codec import (
+    FLAG_RECOVERY_ADD,
+    DigestType,
+    encode_add_request,
+    encode_read_request,
+    master_key,
+)
+from bkfast.errors import V2Rc
+from bkfast.net.server import BookieServerFactory, ServerSettings
+from bkfast.stats import StatsRegistry
+from tests.bookie.test_add_batch import _conf, _Dispatcher, _responses
+
+KEY = master_key(b"pw")
+OTHER = master_key(b"other")
+TAKEN = struct.Struct("=qqq")
+
+
+def _add(ledger, entry_id, key=KEY, payload=b"x", flags=0):
+    return encode_add_request(key, ledger, entry_id, entry_id - 1, entry_id + 1, payload, DigestType.CRC32C,
+                              flags=flags)
+
+
+def _run(journals=1, directories=1, limit=1 << 20, rooms=None, half_limit=1 << 30):
+    run = AddRun(journals, directories)
+    halves = [WriteCacheHalf(SegmentPool()) for _ in range(directories)]
+    return run, halves, lambda: run.open(halves, [half_limit] * directories, rooms or [1 << 20] * journals, limit)
+
+
+def _body(frame: bytes) -> tuple[bytes, bytes]:
+    """(master key, entry) of an encoded v2 ADD frame (length prefix included)."""
+    return frame[8:28], frame[28:]
+
+
+# --- AddRun ----------------------------------------------------------------------------------------------
+
+def test_add_run_takes_only_admitted_ledgers_with_their_key_and_stores_them():
+    run, halves, start = _run(journals=2, directories=2)
+    run.admit(10, KEY, 0, 1)
+    run.admit(11, KEY, 1, 0)
+    start()
+    key, entry = _body(_add(10, 0))
+    assert run.take(10, 0, 2, key, entry)
+    assert not run.take(10, 1, 2, OTHER, _body(_add(10, 1, OTHER))[1]), "another key takes the general path"
+    assert not run.take(12, 0, 2, *_body(_add(12, 0))), "a ledger never admitted takes the general path"
+    assert not run.take(10, -1, 2, key, entry), "negative ids take the general path (it refuses them)"
+    assert run.take(11, 0, 1, *_body(_add(11, 0)))
+    assert run.take(10, 1, 2, *_body(_add(10, 1)))
+    shares, stored = run.close()
+    assert stored == [1, 2]
+    assert [(j, len(records)) for j, records, _ in shares] == [(0, 2), (1, 1)]
+    assert list(TAKEN.iter_unpack(shares[0][2])) == [(10, 0, 2), (10, 1, 2)]
+    assert list(TAKEN.iter_unpack(shares[1][2])) == [(11, 0, 1)]
+    assert shares[0][1][0] == entry, "the journal record is the entry as received"
+    assert halves[1].get(10, 0) == entry and halves[0].get(11, 0) == _body(_add(11, 0))[1]
+    assert run.count == 3 and run.taken_bytes == 3 * len(entry)
+
+
+def test_add_run_forgets_fenced_ledgers_and_keeps_within_its_limits():
+    run, halves, start = _run(limit=3, rooms=[2])
+    run.admit(10, KEY, 0, 0)
+    run.forget(10)
+    assert not run.knows(10)
+    start()
+    assert not run.take(10, 0, 2, *_body(_add(10, 0)))
+    run.close()
+    run.admit(10, KEY, 0, 0)
+    run.admit(10 + TABLE_SLOTS * 7, KEY, 0, 0)      # whatever it collides with, 10 may be replaced: no error
+    run.admit(10, KEY, 0, 0)
+    start()
+    assert [run.take(10, e, 2, *_body(_add(10, e))) for e in range(3)] == [True, True, False], "journal room 2"
+    run.close()
+    run, halves, start = _run(half_limit=1500)
+    run.admit(10, KEY, 0, 0)
+    start()
+    big = _body(_add(10, 0, payload=b"y" * 1000))
+    assert run.take(10, 0, 2, *big)
+    assert not run.take(10, 1, 2, *_body(_add(10, 1, payload=b"y" * 1000))), "a full half takes the general path"
+    assert run.close()[1] == [1]
+
+
+def test_add_run_checks_its_arguments():
+    with pytest.raises(ValueError):
+        AddRun(0, 1)
+    run, halves, start = _run()
+    with pytest.raises(ValueError):
+        run.admit(1, b"short", 0, 0)
+    with pytest.raises(ValueError):
+        run.admit(1, KEY, 1, 0)
+    with pytest.raises(RuntimeError):
+        run.close()
+    start()
+    with pytest.raises(RuntimeError):
+        start()
+
+
+# --- the splitter's sink ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("splitter_class", [_codec.FrameSplitter, _refcodec.FrameSplitter])
+def test_splitter_offers_plain_adds_until_one_is_refused_and_keeps_stream_order(splitter_class):
+    """Per feed, the adds the sink took come first in the stream, then every frame it listed: taking them
+    first, then handling the list (as the server does), is the stream's order, whatever the chunking."""
+    rng = random.Random(7)
+    total_taken = total_listed = 0
+    for _ in range(60):
+        run, halves, start = _run()
+        run.admit(10, KEY, 0, 0)
+        # each stopper ends the sink's turn in its feed: the general path gets it and all after it
+        stoppers = [_add(11, 0), _add(10, 99, OTHER), _add(10, 98, flags=FLAG_RECOVERY_ADD),
+                    encode_read_request(10, 0)]
+        frames_sent = [_add(10, e) if rng.random() < 0.7 else rng.choice(stoppers) for e in range(12)]
+        stream = b"".join(frames_sent)
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randrange(0, 5)))
+        splitter = splitter_class(1 << 20)
+        seen = []
+        for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+            start()
+            listed = splitter.feed(stream[a:b], run)
+            shares = run.close()[0]
+            taken = [(ledger, entry) for _, _, ids in shares for ledger, entry, _ in TAKEN.iter_unpack(ids)]
+            seen += [_add(ledger, entry)[4:] for ledger, entry in taken] + listed
+            for ledger, entry in taken:
+                assert halves[0].get(ledger, entry) == _add(ledger, entry)[28:]
+            total_taken += len(taken)
+            total_listed += len(listed)
+        assert seen == [f[4:] for f in frames_sent]
+    assert total_taken > 100 and total_listed > 100
+
+
+def test_a_feed_releases_the_half_it_put_into():
+    run, halves, start = _run()
+    run.admit(10, KEY, 0, 0)
+    start()
+    assert _codec.FrameSplitter(1 << 20).feed(_add(10, 0) + _add(10, 1)[:10], run) == []
+    # the half's mutex is free again before the run closes: another thread can use the half
+    other = threading.Thread(target=lambda: halves[0].put(10, 5, b"z" * 32))
+    other.start()
+    other.join(5)
+    assert not other.is_alive(), "the half stayed locked after the feed"
+    run.close()
+
+
+# --- through a Bookie and the server ---------------------------------------------------------------------
+
+class _Server:
+    def __init__(self, bookie, conf, dispatcher):
+        self.clock = task.Clock()
+        self.factory = BookieServerFactory(bookie, ServerSettings.from_conf(conf), reactor=self.clock)
+        self.proto = self.factory.buildProtocol(None)
+        self.transport = StringTransport()
+        self.proto.makeConnection(self.transport)
+        self.dispatcher = dispatcher
+
+    def send(self, data: bytes) -> list:
+        """Deliver one socket read; the answers once every add of it completed."""
+        self.proto.dataReceived(data)
+        self.clock.advance(0)
+        self.dispatcher.drain(lambda: self.factory.pending_adds == 0)
+        self.clock.advance(0)
+        out = _responses(self.transport.value())
+        self.transport.clear()
+        return out
+
+
+def test_server_takes_adds_of_admitted_ledgers_and_the_general_path_keeps_every_verdict(tmp_path):
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher, stats=StatsRegistry(enabled=True).logger()) as bookie:
+        server = _Server(bookie, conf, dispatcher)
+        run = bookie.fast_adds.run
+        # The first read: the connection's protocol is not known yet, and ledger 9 is new: general path.
+        assert [(r.rc, r.entry_id) for r in server.send(b"".join(_add(9, e) for e in range(3)))] == \
+            [(V2Rc.EOK, e) for e in range(3)]
+        assert run.knows(9)
+        records_before = bookie.journals.records_written
+        adds_before = bookie.stats.add_entry.count(True)
+        answers = server.send(b"".join(_add(9, e) for e in range(3, 40)))
+        assert run.count == 37, "the whole read went through the fast path"
+        assert [(r.opcode, r.rc, r.entry_id) for r in answers] == [(1, V2Rc.EOK, e) for e in range(3, 40)]
+        assert bookie.journals.records_written == records_before + 37, "one journal record per add"
+        assert bookie.stats.add_entry.count(True) == adds_before + 37, "BOOKIE_ADD_ENTRY counts taken adds"
+        assert server.factory.pending_adds == 0 and server.proto.inflight_adds == 0
+        for e in range(40):
+            assert bookie.read_entry(9, e) == _add(9, e)[28:]
+        # A wrong key after taken adds: refused by the general path (EUA), the adds before it stored.
+        answers = server.send(_add(9, 40) + _add(9, 41, OTHER) + _add(9, 42))
+        assert sorted((r.rc, r.entry_id) for r in answers) == [(V2Rc.EOK, 40), (V2Rc.EOK, 42), (V2Rc.EUA, 41)]
+        # A fence: the ledger leaves the table and its next adds are refused.
+        fenced = []
+        bookie.fence(9, KEY, fenced.append)
+        dispatcher.drain(lambda: fenced)
+        assert fenced == [None] and not run.knows(9)
+        answers = server.send(b"".join(_add(9, e) for e in range(43, 46)))
+        assert [(r.rc, r.entry_id) for r in answers] == [(V2Rc.EFENCED, e) for e in range(43, 46)]
+        # A deleted ledger is forgotten as well.
+        server.send(_add(12, 0) + _add(12, 1))
+        assert run.knows(12)
+        bookie.delete_ledger(12)
+        assert not run.knows(12)
+
+
+def test_no_run_opens_while_read_only_or_while_a_reader_tracks_a_lac(tmp_path):
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        fast = bookie.fast_adds
+        run = fast.open(100)
+        assert run is not None
+        fast.close(run, lambda *a: None)
+        bookie.set_read_only_reason("test", True, "forced by the test")
+        assert fast.open(100) is None
+        bookie.set_read_only_reason("test", False, "")
+        fast.close(fast.open(100), lambda *a: None)
+        bookie.lac.known(0, 9, lambda: 3)
+        assert bookie.lac.tracked
+        assert fast.open(100) is None, "piggy-backed LACs of tracked ledgers need the general path"
+        assert fast.open(0) is None
