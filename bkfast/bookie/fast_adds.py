@@ -114,9 +114,9 @@ class FastAdds:
         self._storage.record_adds(each)
         journals = self._journals
         refused = []
-        for journal, records, taken in shares:
+        for journal, records, taken, nbytes in shares:
             try:
-                journals[journal].log_records(records, partial(_share_done, answer, taken, len(records)))
+                journals[journal].log_records(records, partial(_share_done, answer, taken, len(records)), nbytes=nbytes)
             except BKError as error:
                 # Nothing of this share was queued: its adds fail (they stay in ledger storage
                 # unacknowledged, as Bookie.add_entries leaves them).
@@ -126,7 +126,7 @@ class FastAdds:
                     stats.add_entry_bytes.fail_value(len(record))
                 refused.append((error, taken, len(records)))
                 count -= len(records)
-                taken_bytes -= sum(map(len, records))
+                taken_bytes -= nbytes
                 continue
             stats.add_entry_bytes.ok_lengths(records)
         if count:

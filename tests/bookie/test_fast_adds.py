@@ -64,10 +64,12 @@ def test_add_run_takes_only_admitted_ledgers_with_their_key_and_stores_them():
     assert run.take(10, 1, 2, *_body(_add(10, 1)))
     shares, stored = run.close()
     assert stored == [1, 2]
-    assert [(j, len(records)) for j, records, _ in shares] == [(0, 2), (1, 1)]
+    assert [(j, len(records), nbytes) for j, records, _, nbytes in shares] == \
+        [(0, 2, 2 * len(entry)), (1, 1, len(entry))]
     assert list(TAKEN.iter_unpack(shares[0][2])) == [(10, 0, 2), (10, 1, 2)]
     assert list(TAKEN.iter_unpack(shares[1][2])) == [(11, 0, 1)]
-    assert shares[0][1][0] == entry, "the journal record is the entry as received"
+    assert bytes(shares[0][1][0]) == entry, "the journal record is the entry as received"
+    assert memoryview(shares[0][1][1]) == _body(_add(10, 1))[1]
     assert halves[1].get(10, 0) == entry and halves[0].get(11, 0) == _body(_add(11, 0))[1]
     assert run.count == 3 and run.taken_bytes == 3 * len(entry)
 
@@ -133,7 +135,7 @@ def test_splitter_offers_plain_adds_until_one_is_refused_and_keeps_stream_order(
             start()
             listed = splitter.feed(stream[a:b], run)
             shares = run.close()[0]
-            taken = [(ledger, entry) for _, _, ids in shares for ledger, entry, _ in TAKEN.iter_unpack(ids)]
+            taken = [(ledger, entry) for _, _, ids, _ in shares for ledger, entry, _ in TAKEN.iter_unpack(ids)]
             seen += [_add(ledger, entry)[4:] for ledger, entry in taken] + listed
             for ledger, entry in taken:
                 assert halves[0].get(ledger, entry) == _add(ledger, entry)[28:]
