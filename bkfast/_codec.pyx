@@ -1033,10 +1033,17 @@ cdef class FrameBuilder:
         cdef Py_ssize_t i, n = PyBytes_GET_SIZE(taken) // sizeof(TakenAdd)
         self.reserve(n * (4 + RESPONSE_HEADERS_SIZE))
         for i in range(n):
-            write_response_header(self.buf + self.length, RESPONSE_HEADERS_SIZE, <int>add[i].version, C_OP_ADD, rc,
+            write_response_header(self.buf + self.length, RESPONSE_HEADERS_SIZE, <int>add[i].tag, C_OP_ADD, rc,
                                   add[i].ledger_id, add[i].entry_id)
             self.length += 4 + RESPONSE_HEADERS_SIZE
         self.frame_count += n
+
+    def add_v3_taken_add_responses(self, int status, bytes taken):
+        """add_v3_add_response(status, ...) for each v3 add an AddSink took (unscoped; tag: its txn id)."""
+        cdef const TakenAdd *add = <const TakenAdd *>PyBytes_AS_STRING(taken)
+        cdef Py_ssize_t i
+        for i in range(PyBytes_GET_SIZE(taken) // sizeof(TakenAdd)):
+            self.add_v3_add_response(status, add[i].ledger_id, add[i].entry_id, add[i].tag, 0)
 
     def add_v3_add_responses(self, int status, list ids):
         """add_v3_add_response(status, ...) for each (ledger_id, entry_id, txn, scope_id) of `ids`."""
@@ -1255,10 +1262,10 @@ cdef inline int offer_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -
                        p + 4 + MASTER_KEY_LENGTH, n - 4 - MASTER_KEY_LENGTH)
 
 
-cdef inline AddSink complete(const uint8_t *p, Py_ssize_t length, list frames, AddSink sink, object body):
+cdef inline AddSink complete(const uint8_t *p, Py_ssize_t length, list frames, AddSink sink, bint v3, object body):
     """A frame is complete: offered to `sink` (which stays the sink if it took it), else listed (`body`:
     its bytes when the splitter has them already); listing ends the sink's turn for this feed."""
-    if sink is not None and offer_add(sink, p, length):
+    if sink is not None and (offer_v3_add(sink, p, length) if v3 else offer_add(sink, p, length)):
         return sink
     frames.append(body if body is not None else PyBytes_FromStringAndSize(<const char*>p, length))
     return None
@@ -1313,10 +1320,11 @@ cdef class FrameSplitter:
             return length
         raise self.failure[0](self.failure[1])
 
-    def feed(self, data, AddSink sink=None):
+    def feed(self, data, AddSink sink=None, bint v3=False):
         """Take the next chunk of the stream; return the list of frame bodies it completed.
 
-        `sink`: each completed plain v2 ADD is offered to it first (_addsink.pxd), and one it takes
+        `sink`: each completed plain v2 ADD (v3 ADD_ENTRY when `v3`) is offered to it first
+        (_addsink.pxd), and one it takes
         makes no frame; from the first one it does not take (or the first other frame) on, every frame
         of this chunk is listed, so the list is the stream's order after what the sink took.
 
@@ -1331,7 +1339,7 @@ cdef class FrameSplitter:
             raise err
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
-            self.split(<const uint8_t*>view.buf, view.len, frames, sink)
+            self.split(<const uint8_t*>view.buf, view.len, frames, sink, v3)
         except FrameError as err:
             err.frames = frames
             raise
@@ -1341,7 +1349,7 @@ cdef class FrameSplitter:
                 sink.feed_done_c()
         return frames
 
-    cdef int split(self, const uint8_t *p, Py_ssize_t n, list frames, AddSink sink) except -1:
+    cdef int split(self, const uint8_t *p, Py_ssize_t n, list frames, AddSink sink, bint v3) except -1:
         cdef Py_ssize_t i = 0, take, length
         while i < n:
             if self.body is not None:
@@ -1352,7 +1360,7 @@ cdef class FrameSplitter:
                 self.body_have += take
                 i += take
                 if self.body_have == self.body_len:
-                    sink = complete(<const uint8_t*>PyBytes_AS_STRING(self.body), self.body_len, frames, sink,
+                    sink = complete(<const uint8_t*>PyBytes_AS_STRING(self.body), self.body_len, frames, sink, v3,
                                     self.body)
                     self.body = None
                 continue
@@ -1360,7 +1368,7 @@ cdef class FrameSplitter:
             if length < 0:
                 break
             if n - i >= length:
-                sink = complete(p + i, length, frames, sink, None)
+                sink = complete(p + i, length, frames, sink, v3, None)
                 i += length
             else:
                 # The body's size is known and bounded: allocate it once, fill it as data comes.

@@ -74,7 +74,7 @@ _V2_LAC = struct.Struct(">BQqq")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_TAKEN_ADD = struct.Struct("=qqq")  # _addsink.pxd's TakenAdd
+_TAKEN_ADD = struct.Struct("=qqQ")  # _addsink.pxd's TakenAdd
 _ADD_IDS = struct.Struct(">qq")      # a v2 ADD's ledger and entry ids, after its master key
 _RESPONSE = struct.Struct(">Iiqq")
 
@@ -541,9 +541,13 @@ class FrameBuilder:
                 self.add_add_response(rc, ledger_id, entry_id, version)
 
     def add_taken_add_responses(self, rc, taken):
-        """For each add an AddSink took: `taken` packs (ledger, entry, version) as native int64s."""
+        """For each add an AddSink took: `taken` packs (ledger, entry, tag: the version) natively."""
         for ledger_id, entry_id, version in _TAKEN_ADD.iter_unpack(taken):
             self.add_add_response(rc, ledger_id, entry_id, version)
+
+    def add_v3_taken_add_responses(self, status, taken):
+        for ledger_id, entry_id, txn in _TAKEN_ADD.iter_unpack(taken):
+            self.add_v3_add_response(status, ledger_id, entry_id, txn, 0)
 
     def add_v3_add_responses(self, status, ids):
         for ledger_id, entry_id, txn, scope_id in ids:
@@ -606,6 +610,17 @@ def _offer_add(sink, frame: bytes) -> bool:
     return sink.take(ledger_id, entry_id, version, frame[4:4 + MASTER_KEY_LENGTH], frame[4 + MASTER_KEY_LENGTH:])
 
 
+def _offer_v3_add(sink, frame: bytes) -> bool:
+    """Offer `frame` to the AddSink if it is a plain v3 ADD_ENTRY (no recovery, priority or scope, a
+    20-byte key)."""
+    r = _v3.parse_v3_request(frame)
+    if (r is None or r["operation"] != _v3.ADD_ENTRY or r["recovery"] or r["priority"] or r["scope_id"]
+            or len(r["key"]) != MASTER_KEY_LENGTH or len(r["body"]) < 16 or r["body"][0] & 0x80
+            or _ADD_IDS.unpack_from(r["body"]) != (r["ledger_id"], r["entry_id"])):
+        return False
+    return sink.take(r["ledger_id"], r["entry_id"], r["txn"], bytes(r["key"]), bytes(r["body"]))
+
+
 class FrameSplitter:
     """Cuts a byte stream into frame bodies; the length is checked before the body is buffered."""
 
@@ -635,8 +650,9 @@ class FrameSplitter:
             return
         raise self._failure[0](self._failure[1])
 
-    def feed(self, data, sink=None) -> list[bytes]:
-        """As the Cython splitter: plain v2 ADDs are offered to `sink` (an AddSink) until it refuses one."""
+    def feed(self, data, sink=None, v3: bool = False) -> list[bytes]:
+        """As the Cython splitter: plain v2 ADDs (v3 ADD_ENTRYs when `v3`) are offered to `sink` (an
+        AddSink) until it refuses one."""
         if self._failure is not None:
             err = self._failure[0](self._failure[1])
             err.frames = []
@@ -652,7 +668,7 @@ class FrameSplitter:
                 if len(buf) - off - 4 < length:
                     break
                 frame = bytes(buf[off + 4:off + 4 + length])
-                if sink is None or not _offer_add(sink, frame):
+                if sink is None or not (_offer_v3_add(sink, frame) if v3 else _offer_add(sink, frame)):
                     sink = None
                     frames.append(frame)
                 off += 4 + length

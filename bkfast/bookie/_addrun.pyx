@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The reactor's add fast path: the frame splitter hands each plain v2 ADD of a socket read straight to
+"""The reactor's add fast path: the frame splitter hands each plain ADD of a socket read (v2 or v3) straight to
 `AddRun.take_c`, which admits it against a C table, copies it into the write cache and lists it for the
 journal, with no Python object but its journal record.
 
@@ -216,7 +216,7 @@ cdef class AddRun(AddSink):
         self._records = None
         return shares, [self._dir_counts[j] for j in range(self.directories)]
 
-    cdef int take_c(self, int64_t ledger_id, int64_t entry_id, int version, const uint8_t *master_key,
+    cdef int take_c(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, const uint8_t *master_key,
                     const uint8_t *entry, Py_ssize_t length) except -1:
         cdef Admitted *slot
         cdef Share *share
@@ -250,7 +250,7 @@ cdef class AddRun(AddSink):
         self._segment_used += length
         (<list>PyList_GET_ITEM(self._records, slot.journal)).append(record)
         taken = &share.taken[share.count]
-        taken.ledger_id, taken.entry_id, taken.version = ledger_id, entry_id, version
+        taken.ledger_id, taken.entry_id, taken.tag = ledger_id, entry_id, tag
         share.count += 1
         share.nbytes += length
         self._dir_counts[slot.directory] += 1

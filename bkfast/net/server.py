@@ -56,8 +56,8 @@ from bkfast.bookie.interface import ServerBookie
 from bkfast.bookie.stats import BookieStats
 from bkfast.codec import FrameBuilder, FrameSplitter
 from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyError
+from bkfast.net import add_runs, v2_handler, v3_handler
 from bkfast.net import tls as conn_tls
-from bkfast.net import v2_handler, v3_handler
 from bkfast.net.read_pool import ReadPool
 from bkfast.net.request_stats import HIGH_PRIORITY_POOL, READ_POOL, WRITE_POOL, RequestStats
 from bkfast.net.write_now import write_now
@@ -155,7 +155,7 @@ class BookieServerFactory(protocol.ServerFactory):
         # plain READs are first looked up in memory.
         self.batch_adds = True
         self.read_cached = bookie.memory_lookup()
-        # The v2 add fast path (bkfast.bookie.fast_adds), when ledger storage has one: None, or off.
+        # The add fast path (bkfast.net.add_runs, bkfast.bookie.fast_adds) when ledger storage has one.
         self.add_runs = bookie.add_runs()
         # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
         self.security: conn_tls.ServerSecurity | None = security
@@ -506,7 +506,7 @@ class BookieServerProtocol(protocol.Protocol):
             return
         self.arrival_ns = now_ns()
         try:
-            frames = v2_handler.split_taking_adds(self, data)
+            frames = add_runs.split_taking_adds(self, data)
         except FrameError as err:
             frames = err.frames
             if self.held or self.blocked:

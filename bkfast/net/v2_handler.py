@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
 TOO_MANY_ADDS = BKTooManyRequestsException("the bookie is throttling requests: too many pending adds")
-# Adds one socket read may hand the add run without maxPendingAddRequestsPerThread: more than any read holds.
-CONNECTION_MAX_RUN_ADDS = 1 << 20
 
 
 def v2_header(version: int, opcode: int) -> int:
@@ -72,40 +70,6 @@ def handle_run(conn, frames: list, i: int) -> int:
             return j
     handle_frame(conn, frames[i])
     return i + 1
-
-
-def split_taking_adds(conn, data) -> list:
-    """The frames of a socket read, after the plain ADDs the Bookie's add run took on the way (stored and
-    journaled: bkfast.bookie.fast_adds): a v2 connection that holds nothing back. The run's answers go out
-    from its journals' completions, as a batch's do."""
-    runs = conn.factory.add_runs
-    if runs is None or not conn.v2 or conn.gate is not None or conn.held or conn.blocked:
-        return conn.splitter.feed(data)
-    factory = conn.factory
-    limit = factory.max_pending_adds
-    run = runs.open(limit - factory.pending_adds if limit > 0 else CONNECTION_MAX_RUN_ADDS)
-    if run is None:
-        return conn.splitter.feed(data)
-    arrival, start = conn.arrival_ns, now_ns()
-    try:
-        return conn.splitter.feed(data, run)
-    finally:
-        count, refused = runs.close(run, lambda error, taken, n: answer_taken(conn, error, taken, n, arrival, start))
-        if count:
-            factory.stats.reactor_tasks += count
-            factory.stats.write_queued.ok_ns_many(count, start - arrival)
-            conn.adds_started(count)
-            for error, taken, n in refused:
-                answer_taken(conn, error, taken, n, arrival, start)
-
-
-def answer_taken(conn, error, taken: bytes, n: int, arrival: int, start: int) -> None:
-    """n adds of a run (packed ids `taken`) are durable, or failed: answered as a batch's adds are."""
-    conn.adds_finished(n)
-    conn.factory.stats.adds_done(n, error, arrival, start)
-    if conn.connected:
-        conn.out.add_taken_add_responses(V2Rc.EOK if error is None else v2_rc_for(error), taken)
-        conn.respond()
 
 
 def answer_adds(conn, error, ids) -> None:

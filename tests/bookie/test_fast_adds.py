@@ -1,7 +1,8 @@
-"""The reactor's add fast path (bkfast.bookie._addrun, bkfast.bookie.fast_adds, FrameSplitter.feed's sink):
-a socket read's plain v2 ADDs to ledgers the general path admitted are stored and journaled with no frame
-made of them, and everything the general path would refuse still goes to it, in stream order. Real
-write-cache halves, a real Bookie on DbLedgerStorage with its journal, and the server's protocol objects."""
+"""The reactor's add fast path (bkfast.bookie._addrun, bkfast.bookie.fast_adds, bkfast.net.add_runs,
+FrameSplitter.feed's sink): a socket read's plain v2 ADDs and v3 ADD_ENTRYs to ledgers the general path
+admitted are stored and journaled with no frame made of them, and everything the general path would
+refuse still goes to it, in stream order. Real write-cache halves, a real Bookie on DbLedgerStorage with
+its journal, and the server's protocol objects."""
 
 import random
 import struct
@@ -24,6 +25,7 @@ from bkfast.codec import (
 )
 from bkfast.errors import V2Rc
 from bkfast.net.server import BookieServerFactory, ServerSettings
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from bkfast.stats import StatsRegistry
 from tests.bookie.test_add_batch import _conf, _Dispatcher, _responses
 
@@ -233,3 +235,68 @@ def test_no_run_opens_while_read_only_or_while_a_reader_tracks_a_lac(tmp_path):
         assert bookie.lac.tracked
         assert fast.open(100) is None, "piggy-backed LACs of tracked ledgers need the general path"
         assert fast.open(0) is None
+
+
+# --- v3 --------------------------------------------------------------------------------------------------
+
+def _v3_add(ledger, entry_id, txn, key=KEY, body=None, **fields):
+    r = pb.Request()
+    r.header.version, r.header.operation, r.header.txnId = pb.VERSION_THREE, pb.ADD_ENTRY, txn
+    r.addRequest.ledgerId, r.addRequest.entryId, r.addRequest.masterKey = ledger, entry_id, key
+    r.addRequest.body = body if body is not None else _add(ledger, entry_id)[28:]
+    for name, value in fields.items():
+        setattr(r.addRequest, name, value)
+    data = r.SerializeToString()
+    return len(data).to_bytes(4, "big") + data
+
+
+def _v3_answers(data: bytes) -> list:
+    out = []
+    while data:
+        n = int.from_bytes(data[:4], "big")
+        out.append(pb.Response.FromString(data[4:4 + n]))
+        data = data[4 + n:]
+    return out
+
+
+@pytest.mark.parametrize("splitter_class", [_codec.FrameSplitter, _refcodec.FrameSplitter])
+def test_v3_splitter_offers_plain_add_entries_with_their_txn_and_lists_the_rest(splitter_class):
+    run, halves, start = _run()
+    run.admit(10, KEY, 0, 0)
+    plain = [_v3_add(10, e, 500 + e) for e in range(3)]
+    # each is not plain: recovery, another entry's body than the request names, no entry header at all
+    odd = [_v3_add(10, 3, 503, flag=pb.AddRequest.RECOVERY_ADD), _v3_add(10, 4, 504, body=_add(10, 9)[28:]),
+           _v3_add(10, 5, 505, body=b"short")]
+    for other in odd:
+        start()
+        listed = splitter_class(1 << 20).feed(b"".join([*plain, other, plain[0]]), run, True)
+        shares = run.close()[0]
+        assert list(TAKEN.iter_unpack(shares[0][2])) == [(10, e, 500 + e) for e in range(3)], "tag: the txn id"
+        assert listed == [other[4:], plain[0][4:]]
+    start()
+    assert splitter_class(1 << 20).feed(plain[0], run, False) == [plain[0][4:]], "a v3 frame is no v2 ADD"
+    run.close()
+
+
+def test_server_takes_v3_adds_of_admitted_ledgers_and_answers_each_txn(tmp_path):
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        server = _Server(bookie, conf, dispatcher)
+        run = bookie.fast_adds.run
+        server.proto.dataReceived(b"".join(_v3_add(4, e, e) for e in range(3)))   # ledger 4 admitted here
+        server.dispatcher.drain(lambda: server.factory.pending_adds == 0)
+        server.clock.advance(0)
+        server.transport.clear()
+        assert run.knows(4)
+        server.proto.dataReceived(b"".join(_v3_add(4, e, 1000 + e) for e in range(3, 30)) + _v3_add(4, 30, 2000, OTHER))
+        assert run.count == 27
+        server.dispatcher.drain(lambda: server.factory.pending_adds == 0)
+        server.clock.advance(0)
+        answers = _v3_answers(server.transport.value())
+        assert sorted((a.header.txnId, a.status, a.addResponse.entryId) for a in answers) == \
+            [(1000 + e, pb.EOK, e) for e in range(3, 30)] + [(2000, pb.EUA, 30)]
+        assert all(a.header.operation == pb.ADD_ENTRY and a.addResponse.ledgerId == 4 for a in answers)
+        for e in range(30):
+            assert bookie.read_entry(4, e) == _add(4, e)[28:]
+        server.factory.stopFactory()

@@ -1,0 +1,60 @@
+"""The server's side of the add fast path (bkfast.bookie.fast_adds): a socket read's plain adds, v2 ADDs or
+v3 ADD_ENTRYs, taken by the Bookie's add run while the frame splitter cuts the read, before any frame is
+made of them.
+
+Owns: when a connection's read may go through a run (the server uses the fast path, the connection
+holds nothing back, has no security gate, and the run may take what maxPendingAddRequestsPerThread still
+allows), the accounting of what it took (in-flight adds, WRITE_THREAD_QUEUED_LATENCY for v2, as the
+batch path records them), and the answers, built from the run's packed ids in one call per journal share
+once it is durable.
+
+Must never: let a run take an add behind a frame the connection holds (order), or leave a run open (it
+holds the Bookie's locks: closed in a `finally`).
+"""
+
+from __future__ import annotations
+
+from bkfast.errors import V2Rc, V3Status, v2_rc_for, v3_status_for
+from bkfast.stats import now_ns
+
+# The adds one socket read may hand a run when maxPendingAddRequestsPerThread is off: more than a read holds.
+UNBOUNDED_RUN_ADDS = 1 << 20
+
+
+def split_taking_adds(conn, data) -> list:
+    """The frames of a socket read after the plain adds the Bookie's add run took on the way (stored and
+    journaled); their answers go out from their journals' completions."""
+    runs = conn.factory.add_runs
+    if runs is None or conn.gate is not None or conn.held or conn.blocked:
+        return conn.splitter.feed(data)
+    factory = conn.factory
+    limit = factory.max_pending_adds
+    run = runs.open(limit - factory.pending_adds if limit > 0 else UNBOUNDED_RUN_ADDS)
+    if run is None:
+        return conn.splitter.feed(data)
+    v3 = not conn.v2
+    arrival, start = conn.arrival_ns, now_ns()
+    try:
+        return conn.splitter.feed(data, run, v3)
+    finally:
+        count, refused = runs.close(run, lambda error, taken, n: answer(conn, v3, error, taken, n, arrival, start))
+        if count:
+            factory.stats.reactor_tasks += count
+            if not v3:
+                factory.stats.write_queued.ok_ns_many(count, start - arrival)
+            conn.adds_started(count)
+            for error, taken, n in refused:
+                answer(conn, v3, error, taken, n, arrival, start)
+
+
+def answer(conn, v3: bool, error, taken: bytes, n: int, arrival: int, start: int) -> None:
+    """n adds of a run (packed ids `taken`) are durable, or failed: answered as a batch's adds are."""
+    conn.adds_finished(n)
+    conn.factory.stats.adds_done(n, error, arrival, start)
+    if not conn.connected:
+        return
+    if v3:
+        conn.out.add_v3_taken_add_responses(V3Status.EOK if error is None else int(v3_status_for(error)), taken)
+    else:
+        conn.out.add_taken_add_responses(V2Rc.EOK if error is None else v2_rc_for(error), taken)
+    conn.respond()
