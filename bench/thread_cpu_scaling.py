@@ -1,8 +1,8 @@
 """CPU per operation by bookie thread, from several load generators, and the scaling model it implies.
 
     .venv/bin/python bench/thread_cpu_scaling.py [--generators 2] [--adds 100000] [--size 1024]
-        [--protocols v2,v3] [--outstanding 1000] [--reads 100000] [--read-passes 3] [--dir DIR]
-        [--cores 4,8,16] [--json]
+        [--protocols v2,v3] [--outstanding 1000] [--reads 100000] [--read-passes 3] [--warmup-adds N]
+        [--dir DIR] [--cores 4,8,16] [--json]
 
 One fresh bookie (DbLedgerStorage, journal sync on, 64 MiB write and read caches; `-D key=value` adds
 keys) serves, per protocol: `--generators` processes of `bkfast bench bookie` (throughput phase, each on
@@ -11,6 +11,10 @@ its own ledgers, `--outstanding` adds in flight each), then warm sequential read
 `--read-passes` measured passes, their rates averaged). Each thread's CPU is read from
 /proc/<pid>/task/*/schedstat before and after each phase (bkfast.stats.thread_cpu); the bookie names its
 threads (`bookie-io`, `journal-N`, `flush-N`, `read-N`, ...), so the figures say which thread pays.
+Before the measured phases, an unmeasured warm-up phase of `--warmup-adds` adds per generator (default:
+as many as `--adds`; 0: none) with the first protocol, on ledgers of its own: the first phase of a fresh
+bookie otherwise pays first-touch page faults of the write cache's arena and pools (measured: ~0.25 us
+more reactor CPU per add than the same phase run second), which a running bookie has paid long ago.
 
 Printed per protocol and phase: ops/s (sum over generators), the worst generator's p99, and CPU
 microseconds per op by thread and in total. Then the scaling model (docs/threads.md): a bookie's adds/s on
@@ -48,6 +52,7 @@ from bkfast.stats.thread_cpu import ThreadCpuMeter  # noqa: E402
 
 BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
 BOOKIE_CONF = {"journalSyncData": "true"}
+WARMUP_LEDGERS_FROM = 500           # the warm-up's ledgers: past every measured phase's
 READ_WINDOW = 256
 
 
@@ -143,6 +148,8 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=4, help="ledgers per generator")
     ap.add_argument("--reads", type=int, default=100000, help="warm reads in all (0: no read phase)")
     ap.add_argument("--read-passes", type=int, default=3, help="measured warm passes over those entries")
+    ap.add_argument("--warmup-adds", type=int, default=-1,
+                    help="unmeasured adds per generator before the phases (default: --adds; 0: none)")
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--outstanding", type=int, default=1000)
     ap.add_argument("--protocols", default="v2,v3")
@@ -157,6 +164,10 @@ def main() -> None:
     report: dict = {"generators": args.generators, "size": args.size, "protocols": {}}
     try:
         first = int(time.time() * 1000) * 1000
+        warmup = args.adds if args.warmup_adds < 0 else args.warmup_adds
+        if warmup:
+            run_adds(bookie, args.protocols.split(",")[0], first + WARMUP_LEDGERS_FROM,
+                     argparse.Namespace(**{**vars(args), "adds": warmup}))
         for n, protocol in enumerate(args.protocols.split(",")):
             first_ledger = first + n * args.generators * args.ledgers
             adds = run_adds(bookie, protocol, first_ledger, args)
