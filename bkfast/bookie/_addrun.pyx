@@ -13,7 +13,7 @@ sends the ledger's next add through the general path, which admits it again), an
 it took, per journal (records and ids for the answers) and per ledger directory (counts).
 
 Must never: take an add the general path would refuse. So the table is filled only by the general path's
-admission (Bookie.note_admitted), and emptied of a ledger before anything can change its verdict: a fence
+admission (FastAdds.note_admitted), and emptied of a ledger before anything can change its verdict: a fence
 (under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only or a
 reader tracking the ledger's LAC (those two stop the fast path: the Bookie opens no run). Nor take an add
 it cannot journal: a run takes at most the room each journal's queue has left and the adds the server
@@ -112,6 +112,8 @@ cdef class AddRun(AddSink):
     cdef Py_ssize_t _limit
     cdef bytes _segment              # where taken entries' journal records are copied, back to back
     cdef Py_ssize_t _segment_used
+    cdef object _opener              # opener(limit) -> bool: opens the armed run at its first add
+    cdef Py_ssize_t _armed_limit     # > 0: armed (the limit to open with)
     cdef readonly Py_ssize_t count          # adds taken by the run in progress (or the last one)
     cdef readonly Py_ssize_t taken_bytes    # their entries' bytes
 
@@ -165,16 +167,22 @@ cdef class AddRun(AddSink):
         if slot.ledger_id == ledger_id:
             slot.ledger_id = NO_LEDGER
 
-    def forget_all(self):
-        cdef Py_ssize_t i
-        for i in range(C_TABLE_SLOTS):
-            self._table[i].ledger_id = NO_LEDGER
-
     def knows(self, int64_t ledger_id):
         """Whether adds of this ledger (with its key) may take the fast path now."""
         return self._table[slot_of(ledger_id)].ledger_id == ledger_id
 
     # --- a run ----------------------------------------------------------------------------------------
+    def arm(self, opener, Py_ssize_t limit):
+        """Let the next feed's first plain add open a run of at most `limit` adds: take_c calls
+        `opener(limit)`, which opens it (open) and answers True, or answers False (no run now). A socket
+        read with no add to take so costs no lock and no Python call but this one and close."""
+        self.count = self.taken_bytes = 0
+        self._opener, self._armed_limit = opener, limit
+
+    @property
+    def is_open(self):
+        return self._open
+
     def open(self, list halves, list half_limits, list journal_rooms, Py_ssize_t limit):
         """Start a run: `halves[d]` is directory d's active write-cache half, held (its cache's lock) until
         close, and no fuller than `half_limits[d]` bytes after a put; `journal_rooms[j]` adds fit journal
@@ -202,12 +210,14 @@ cdef class AddRun(AddSink):
         self._open = True
 
     def close(self):
-        """End the run: ([(journal, its records, its answers' ids as packed TakenAdd, its records' bytes)]
-        for each journal that took adds, [adds stored per directory]). The caller releases the halves after this."""
+        """End the run (or disarm it): ([(journal, its records, its answers' ids as packed TakenAdd, its
+        records' bytes)] for each journal that took adds, [adds stored per directory]); None when it never
+        opened. The caller releases the halves after this."""
         cdef int j
         cdef list shares = []
+        self._opener, self._armed_limit = None, 0
         if not self._open:
-            raise RuntimeError("no add run is open")
+            return None             # armed, but no add came to open it
         self._open = False
         self.feed_done_c()
         self._halves = None
@@ -227,7 +237,9 @@ cdef class AddRun(AddSink):
         cdef WriteCacheHalf half
         cdef TakenAdd *taken
         cdef RecordSlice record
-        if not self._open or self.count >= self._limit or ledger_id < 0 or entry_id < 0 or length > MAX_ENTRY_BYTES:
+        if not self._open and not self._open_armed():
+            return 0
+        if self.count >= self._limit or ledger_id < 0 or entry_id < 0 or length > MAX_ENTRY_BYTES:
             return 0
         slot = &self._table[slot_of(ledger_id)]
         if slot.ledger_id != ledger_id or memcmp(slot.key, master_key, KEY_BYTES) != 0:
@@ -261,6 +273,16 @@ cdef class AddRun(AddSink):
         self.count += 1
         self.taken_bytes += length
         return 1
+
+    cdef bint _open_armed(self) except -1:
+        # The first add of an armed feed: the opener takes the locks and opens the run (no half's mutex is
+        # held yet, so it may let the GIL go). Asked once per arming.
+        cdef Py_ssize_t limit = self._armed_limit
+        opener = self._opener
+        self._opener, self._armed_limit = None, 0
+        if limit <= 0 or opener is None:
+            return False
+        return bool(opener(limit)) and self._open
 
     cdef void feed_done_c(self) noexcept:
         # A half's mutex is held from a feed's first put into it to the end of that feed, not taken per

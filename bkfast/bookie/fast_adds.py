@@ -1,11 +1,13 @@
-"""The Bookie's side of the reactor's add fast path (bkfast.bookie._addrun): when a socket read's plain v2
-ADDs may skip the general path, and what a run's adds become once the splitter has handed them over.
+"""The Bookie's side of the reactor's add fast path (bkfast.bookie._addrun): when a socket read's plain adds
+(v2 ADDs, v3 ADD_ENTRYs) may skip the general path, and what a run's adds become once the splitter has
+handed them over.
 
-A run: `open` (the reactor, once per socket read) checks that nothing would make the general path refuse
-an add the table admits (the bookie read-only, a reader tracking some ledger's LAC), takes the Bookie's
-ledger lock (so no fence comes between an add's check and its store) and each ledger directory's active
-write-cache half; the splitter offers the adds; `close` releases both and hands each journal its share of
-records with one completion, which the caller's `answer` turns into the responses once durable.
+A run: `open` (the reactor, once per socket read) arms it; the read's first plain add opens it (_start),
+after checking that nothing would make the general path refuse an add the table admits (the bookie
+read-only, a reader tracking some ledger's LAC), by taking the Bookie's ledger lock (so no fence comes
+between an add's check and its store) and each ledger directory's active write-cache half; the splitter
+offers the adds; `close` releases both and hands each journal its share of records with one completion,
+which the caller's `answer` turns into the responses once durable. A read with no add takes no lock.
 
 Stats are those of Bookie.add_entries: BOOKIE_ADD_ENTRY (the run's time split over its adds), its bytes,
 WRITE_BYTES, and ledger storage's add_entry count and latency.
@@ -45,7 +47,6 @@ def _share_done(answer: TakenAnswer, taken: bytes, count: int, error: BaseExcept
     answer(error, taken, count)
 
 
-
 class FastAdds:
     """The admitted-ledger table of one Bookie and the runs over it (see the module docstring)."""
 
@@ -76,10 +77,19 @@ class FastAdds:
 
     # --- a run ----------------------------------------------------------------------------------------
     def open(self, limit: int) -> AddRun | None:
-        """Start a run of at most `limit` adds; None when adds must take the general path now."""
+        """Arm a run of at most `limit` adds for the next feed (it opens at the feed's first plain add:
+        _start); None when there is none."""
         run = self.run
-        if run is None or limit <= 0 or self._read_only() or self._lac.tracked:
+        if run is None or limit <= 0:
             return None
+        run.arm(self._start, limit)
+        return run
+
+    def _start(self, limit: int) -> bool:
+        """Open the armed run, from its first add: False when adds must take the general path now."""
+        run = self.run
+        if run is None or self._read_only() or self._lac.tracked:
+            return False
         halves: list = []
         self._ledger_lock.acquire()
         try:
@@ -93,15 +103,20 @@ class FastAdds:
             self._ledger_lock.release()
             raise
         self._opened_ns = now_ns()
-        return run
+        return True
 
     def close(self, run: AddRun, answer: TakenAnswer) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
         """End the run and journal what it took: each journal's share is answered through `answer` once
         durable. Returns (the adds taken, [(error, taken, count)] of the shares a journal refused: nothing of
         them was queued, and the caller answers them)."""
+        if not run.is_open:
+            run.close()             # disarmed: no add came, nothing was locked
+            return 0, []
         stored = [0] * len(self._directories)
         try:
-            shares, stored = run.close()
+            closed = run.close()
+            assert closed is not None
+            shares, stored = closed
         finally:
             for directory, count in zip(self._directories, stored, strict=True):
                 directory.release_write_half(count)

@@ -40,8 +40,8 @@ class AddRuns(Protocol):
     admitted ledgers, taken by the frame splitter from an open run."""
 
     def open(self, limit: int) -> AddRun | None:
-        """A run of at most `limit` adds, or None when adds must take the general path now. The caller
-        feeds the splitter with it and must close it (in a `finally`): it holds locks."""
+        """A run armed for at most `limit` adds (it takes its locks at the feed's first plain add), or
+        None. The caller feeds the splitter with it and must close it (in a `finally`)."""
         ...
 
     def close(self, run: AddRun, answer: TakenAnswer) -> tuple[int, list[tuple[BaseException, bytes, int]]]:

@@ -107,8 +107,7 @@ def test_add_run_checks_its_arguments():
         run.admit(1, b"short", 0, 0)
     with pytest.raises(ValueError):
         run.admit(1, KEY, 1, 0)
-    with pytest.raises(RuntimeError):
-        run.close()
+    assert run.close() is None, "closing a run that never opened only disarms it"
     start()
     with pytest.raises(RuntimeError):
         start()
@@ -219,22 +218,39 @@ def test_server_takes_adds_of_admitted_ledgers_and_the_general_path_keeps_every_
         assert not run.knows(12)
 
 
-def test_no_run_opens_while_read_only_or_while_a_reader_tracks_a_lac(tmp_path):
+def test_a_run_opens_only_at_its_first_add_and_not_while_read_only_or_a_reader_tracks_a_lac(tmp_path):
     dispatcher = _Dispatcher()
     conf = _conf(tmp_path)
     with Bookie(conf, dispatcher=dispatcher) as bookie:
         fast = bookie.fast_adds
-        run = fast.open(100)
-        assert run is not None
-        fast.close(run, lambda *a: None)
+        fast.note_admitted(9, KEY)
+        splitter = _codec.FrameSplitter(1 << 20)
+        answered = []
+
+        def feed(data):
+            run = fast.open(100)
+            try:
+                listed = splitter.feed(data, run)
+                opened = run.is_open
+            finally:
+                taken, _ = fast.close(run, lambda error, ids, n: answered.append((error, n)))
+            return opened, taken, listed
+
+        # no add in the read: the run never opens (no lock taken), and the ledger lock is free after
+        assert feed(encode_read_request(9, 0)) == (False, 0, [encode_read_request(9, 0)[4:]])
+        assert bookie._ledger_lock.acquire(blocking=False)
+        bookie._ledger_lock.release()
         bookie.set_read_only_reason("test", True, "forced by the test")
-        assert fast.open(100) is None
+        opened, taken, listed = feed(_add(9, 0))
+        assert (opened, taken, len(listed)) == (False, 0, 1), "read-only: the general path refuses it"
         bookie.set_read_only_reason("test", False, "")
-        fast.close(fast.open(100), lambda *a: None)
         bookie.lac.known(0, 9, lambda: 3)
-        assert bookie.lac.tracked
-        assert fast.open(100) is None, "piggy-backed LACs of tracked ledgers need the general path"
+        assert feed(_add(9, 0))[:2] == (False, 0), "piggy-backed LACs of tracked ledgers need the general path"
+        bookie.lac.drop(0, 9)
+        assert feed(_add(9, 0))[:2] == (True, 1)
         assert fast.open(0) is None
+        dispatcher.drain(lambda: answered)
+        assert answered == [(None, 1)]
 
 
 # --- v3 --------------------------------------------------------------------------------------------------
