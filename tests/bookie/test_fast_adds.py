@@ -17,6 +17,7 @@ from bkfast._writecache import SegmentPool, WriteCacheHalf
 from bkfast.bookie._addrun import TABLE_SLOTS, AddRun
 from bkfast.bookie.bookie import Bookie
 from bkfast.codec import (
+    FLAG_DO_FENCING,
     FLAG_RECOVERY_ADD,
     DigestType,
     encode_add_request,
@@ -216,6 +217,49 @@ def test_server_takes_adds_of_admitted_ledgers_and_the_general_path_keeps_every_
         assert run.knows(12)
         bookie.delete_ledger(12)
         assert not run.knows(12)
+
+
+def test_a_fencing_read_on_another_connection_splits_a_writers_stream_exactly(tmp_path):
+    """Fence vs in-flight adds: a writer's reads go through runs while a recovering client's fencing read
+    arrives on its own connection between two of them. Every add before the fence is acknowledged and
+    readable, every add after it is refused EFENCED (none stored), and the fence is answered durable."""
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path, numReadWorkerThreads=0)     # the fencing read's entry read inline: no thread
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        writer = _Server(bookie, conf, dispatcher)
+        recovery = writer.factory.buildProtocol(None)
+        recovery_out = StringTransport()
+        recovery.makeConnection(recovery_out)
+        acked, refused = [], []
+        entry = 0
+        rng = random.Random(3)
+        fence_at = rng.randrange(5, 15)
+        for read in range(30):
+            batch = [_add(21, entry + k) for k in range(rng.randrange(1, 40))]
+            entry += len(batch)
+            writer.proto.dataReceived(b"".join(batch))
+            if read == fence_at:
+                assert bookie.fast_adds.run.knows(21), "the writer's adds were going through runs"
+                recovery.dataReceived(encode_read_request(21, 0, flags=FLAG_DO_FENCING, master_key=KEY))
+                assert not bookie.fast_adds.run.knows(21)
+        def answered():
+            writer.clock.advance(0)             # the answers are written from the reactor's next turn
+            return writer.factory.pending_adds == 0 and recovery_out.value()
+
+        dispatcher.drain(answered)
+        for r in _responses(writer.transport.value()):
+            (acked if r.rc == V2Rc.EOK else refused).append((r.rc, r.entry_id))
+        fence_answer = _responses(recovery_out.value())
+        assert [(r.opcode, r.rc) for r in fence_answer] == [(2, V2Rc.EOK)]
+        assert acked and refused and len(acked) + len(refused) == entry
+        assert {rc for rc, _ in refused} == {V2Rc.EFENCED}
+        last_acked = max(e for _, e in acked)
+        assert sorted(e for _, e in acked) == list(range(last_acked + 1)), "no gap before the fence"
+        assert min(e for _, e in refused) == last_acked + 1, "everything after the fence refused"
+        for e in range(last_acked + 1):
+            assert bookie.read_entry(21, e) == _add(21, e)[28:]
+        assert bookie.storage.get_last_entry_id(21) == last_acked
+        assert bookie.is_fenced(21)
 
 
 def test_a_run_opens_only_at_its_first_add_and_not_while_read_only_or_a_reader_tracks_a_lac(tmp_path):
