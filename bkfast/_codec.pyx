@@ -1324,9 +1324,9 @@ cdef class FrameSplitter:
         """Take the next chunk of the stream; return the list of frame bodies it completed.
 
         `sink`: each completed plain v2 ADD (v3 ADD_ENTRY when `v3`) is offered to it first
-        (_addsink.pxd), and one it takes
-        makes no frame; from the first one it does not take (or the first other frame) on, every frame
-        of this chunk is listed, so the list is the stream's order after what the sink took.
+        (_addsink.pxd), and one it takes makes no frame; from the first one it does not take (or the
+        first other frame) on, every frame of this chunk is listed, so the list is the stream's order
+        after what the sink took.
 
         On a bad length prefix the FrameError raised carries `.frames`: the whole frames that came
         before it in this chunk, which the caller may still process before closing the connection.

@@ -476,11 +476,10 @@ class Journal:
         """Whether `records` more records fit the queue now (an empty queue takes any number). Only
         meaningful to the one thread that enqueues (the reactor): the journal thread only empties it.
         Control records do not count (module docstring)."""
-        queued = self._bounded
-        return queued == 0 or queued + records <= self._queue_size
+        return records <= self.room()
 
     def room(self) -> int:
-        """How many more records has_room would let in now (sys.maxsize while the queue is empty)."""
+        """How many more records fit the queue now (sys.maxsize while it is empty: it takes any number)."""
         queued = self._bounded
         return self._queue_size - queued if queued else sys.maxsize
 
