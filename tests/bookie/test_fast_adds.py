@@ -262,6 +262,28 @@ def test_a_fencing_read_on_another_connection_splits_a_writers_stream_exactly(tm
         assert bookie.is_fenced(21)
 
 
+def test_a_bad_length_prefix_after_taken_adds_closes_the_connection_and_keeps_the_adds_before_it(tmp_path):
+    """Bad input mid-read: the adds before a negative length prefix are stored and journaled (the run is
+    closed in the splitter's `finally`), nothing after it is, the connection is closed, the bookie serves on."""
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        server = _Server(bookie, conf, dispatcher)
+        server.send(_add(31, 0))                                  # admits ledger 31
+        before = b"".join(_add(31, e) for e in range(1, 20))
+        after = b"".join(_add(31, e) for e in range(20, 25))
+        server.proto.dataReceived(before + (-5).to_bytes(4, "big", signed=True) + after)
+        assert bookie.fast_adds.run.count == 19, "the adds before the bad prefix went through the run"
+        assert not server.proto.connected
+        assert server.transport.disconnecting
+        dispatcher.drain(lambda: server.factory.pending_adds == 0)
+        for e in range(20):
+            assert bookie.read_entry(31, e) == _add(31, e)[28:]
+        assert bookie.storage.get_last_entry_id(31) == 19
+        other = _Server(bookie, conf, dispatcher)
+        assert [(r.rc, r.entry_id) for r in other.send(_add(31, 20))] == [(V2Rc.EOK, 20)]
+
+
 def test_a_run_opens_only_at_its_first_add_and_not_while_read_only_or_a_reader_tracks_a_lac(tmp_path):
     dispatcher = _Dispatcher()
     conf = _conf(tmp_path)
