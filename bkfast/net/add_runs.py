@@ -49,9 +49,7 @@ def split_taking_adds(conn, data) -> list:
 
 def answer(conn, v3: bool, error, taken: bytes, n: int, arrival: int, start: int) -> None:
     """n adds of a run (packed ids `taken`) are durable, or failed: answered as a batch's adds are."""
-    conn.adds_finished(n)
-    conn.factory.stats.adds_done(n, error, arrival, start)
-    if not conn.connected:
+    if not conn.adds_completed(n, error, arrival, start):
         return
     if v3:
         conn.out.add_v3_taken_add_responses(V3Status.EOK if error is None else int(v3_status_for(error)), taken)

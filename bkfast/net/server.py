@@ -581,9 +581,7 @@ class BookieServerProtocol(protocol.Protocol):
 
         def done(accepted, error):
             done_ids = ids if accepted is None else [ids[i] for i in accepted]
-            self.adds_finished(len(done_ids))
-            stats.adds_done(len(done_ids), error, arrival, start)
-            if self.connected:
+            if self.adds_completed(len(done_ids), error, arrival, start):
                 answer(error, done_ids)
                 self.respond()
 
@@ -659,6 +657,13 @@ class BookieServerProtocol(protocol.Protocol):
 
     def add_finished(self) -> None:
         self.adds_finished(1)
+
+    def adds_completed(self, n: int, error, arrival: int, start: int) -> bool:
+        """n adds of one batch or run completed by their journal (error None: durable): counted and
+        recorded; whether the connection is still there to answer them."""
+        self.adds_finished(n)
+        self.factory.stats.adds_done(n, error, arrival, start)
+        return bool(self.connected)
 
     def adds_finished(self, n: int) -> None:
         self.inflight_adds -= n
