@@ -25,6 +25,50 @@ def _v3_read(ledger_id: int, entry_id: int, txn: int) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def _v3_long_poll(ledger_id: int, previous_lac: int, timeout_ms: int, txn: int) -> bytes:
+    r = pb.Request()
+    r.header.version, r.header.operation, r.header.txnId = pb.VERSION_THREE, pb.READ_ENTRY, txn
+    q = r.readRequest
+    q.ledgerId, q.entryId, q.flag = ledger_id, -1, pb.ReadRequest.ENTRY_PIGGYBACK
+    q.previousLAC, q.timeOut = previous_lac, timeout_ms
+    body = r.SerializeToString()
+    return struct.pack(">I", len(body)) + body
+
+
+def tail_lacs(host: str, port: int, ledgers: list[int], poll_s: float, stop) -> dict:
+    """A slow tailing reader: every `poll_s` until `stop` (a threading.Event) is set, one v3 long poll
+    (ENTRY_PIGGYBACK, the LAC it last saw, a `poll_s` timeout) per ledger in turn, which keeps each ledger's
+    LAC tracked by the bookie. Returns {"polls", "lacs" (ledger -> the last LAC seen)}."""
+    sock = socket.create_connection((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    seen = dict.fromkeys(ledgers, -1)
+    polls = 0
+    try:
+        while not stop.is_set():
+            for ledger in ledgers:
+                polls += 1
+                sock.sendall(_v3_long_poll(ledger, seen[ledger], int(poll_s * 1000), polls))
+                (length,) = struct.unpack(">I", _recv_exactly(sock, 4))
+                answer = pb.Response.FromString(_recv_exactly(sock, length)).readResponse
+                if answer.HasField("maxLAC"):
+                    seen[ledger] = max(seen[ledger], answer.maxLAC)
+            stop.wait(poll_s)
+    finally:
+        sock.close()
+    return {"polls": polls, "lacs": seen}
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise ConnectionError("bookie closed the connection")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_range(host: str, port: int, ledger_id: int, first: int, last: int, protocol: str = "v2",
                window: int = 256, stop_at: float | None = None) -> dict:
     """Read entries first..last; returns {"entries", "bytes", "seconds", "errors"}. `stop_at`: a

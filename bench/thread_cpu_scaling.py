@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/thread_cpu_scaling.py [--generators 2] [--adds 100000] [--size 1024]
         [--protocols v2,v3] [--outstanding 1000] [--reads 100000] [--read-passes 3] [--warmup-adds N]
-        [--dir DIR] [--cores 4,8,16] [--json]
+        [--tail-poll-ms MS] [--dir DIR] [--cores 4,8,16] [--json]
 
 One fresh bookie (DbLedgerStorage, journal sync on, 64 MiB write and read caches; `-D key=value` adds
 keys) serves, per protocol: `--generators` processes of `bkfast bench bookie` (throughput phase, each on
@@ -15,6 +15,9 @@ Before the measured phases, an unmeasured warm-up phase of `--warmup-adds` adds 
 as many as `--adds`; 0: none) with the first protocol, on ledgers of its own: the first phase of a fresh
 bookie otherwise pays first-touch page faults of the write cache's arena and pools (measured: ~0.25 us
 more reactor CPU per add than the same phase run second), which a running bookie has paid long ago.
+`--tail-poll-ms MS`: during each measured add phase, a slow tailing reader in this process long-polls
+every ledger the generators write once per MS (bench/read_load.py tail_lacs), so the bookie tracks their
+LACs and wakes the polls from its adds, as it does for a consumer tailing its ledgers.
 
 Printed per protocol and phase: ops/s (sum over generators), the worst generator's p99, and CPU
 microseconds per op by thread and in total. Then the scaling model (docs/threads.md): a bookie's adds/s on
@@ -38,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -45,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from read_load import read_range  # noqa: E402
+from read_load import read_range, tail_lacs  # noqa: E402
 
 from bkfast.cli.local_cluster import LocalBookie  # noqa: E402
 from bkfast.stats.thread_cpu import ThreadCpuMeter  # noqa: E402
@@ -87,12 +91,39 @@ def run_adds(bookie: LocalBookie, protocol: str, first_ledger: int, args) -> dic
     start = time.perf_counter()
     procs = [_generator(bookie.port, protocol, first_ledger + g * args.ledgers, args.adds, args.size,
                         args.outstanding, args.ledgers) for g in range(args.generators)]
-    docs = _wait_generators(procs)
+    tail = _start_tail(bookie, first_ledger, args)
+    try:
+        docs = _wait_generators(procs)
+    finally:
+        tailed = tail() if tail is not None else None
     wall = time.perf_counter() - start
     ops = sum(d["adds"] for d in docs)
-    return {"ops": ops, "ops_per_s": round(sum(d["adds_per_s"] for d in docs)),
-            "p99_ms": max(d["p99_ms"] for d in docs), "wall_s": round(wall, 2),
-            "errors": sum(d["errors"] for d in docs), "cpu_us_per_op": meter.stop(ops)}
+    result = {"ops": ops, "ops_per_s": round(sum(d["adds_per_s"] for d in docs)),
+              "p99_ms": max(d["p99_ms"] for d in docs), "wall_s": round(wall, 2),
+              "errors": sum(d["errors"] for d in docs), "cpu_us_per_op": meter.stop(ops)}
+    if tailed is not None:
+        result["tail_polls"] = tailed["polls"]
+    return result
+
+
+def _start_tail(bookie: LocalBookie, first_ledger: int, args):
+    """The tailing reader of --tail-poll-ms in a thread; returns its stop-and-report, or None."""
+    if not args.tail_poll_ms:
+        return None
+    ledgers = list(range(first_ledger, first_ledger + args.generators * args.ledgers))
+    stop, report = threading.Event(), {}
+    thread = threading.Thread(target=lambda: report.update(
+        tail_lacs("127.0.0.1", bookie.port, ledgers, args.tail_poll_ms / 1000, stop)), daemon=True)
+    thread.start()
+
+    def finish() -> dict:
+        stop.set()
+        thread.join(30)
+        if "polls" not in report:
+            raise RuntimeError("the tailing reader failed (see its traceback above)")
+        return report
+
+    return finish
 
 
 def _read_one(job: tuple) -> dict:
@@ -137,6 +168,8 @@ def scaling_model(cpu_us: dict, cores: list[int]) -> dict:
 
 def _print_phase(protocol: str, phase: str, r: dict) -> None:
     extra = f" p99 {r['p99_ms']:.2f} ms" if "p99_ms" in r else ""
+    if "tail_polls" in r:
+        extra += f" tail polls {r['tail_polls']}"
     print(f"{protocol} {phase:<5} {r['ops']:>9,} ops {r['ops_per_s']:>9,} ops/s{extra} errors {r['errors']}")
     print("    CPU us/op: " + "  ".join(f"{k} {v:.2f}" for k, v in r["cpu_us_per_op"].items()))
 
@@ -154,6 +187,8 @@ def main() -> None:
     ap.add_argument("--outstanding", type=int, default=1000)
     ap.add_argument("--protocols", default="v2,v3")
     ap.add_argument("--cores", default="4,8,16")
+    ap.add_argument("--tail-poll-ms", type=float, default=0,
+                    help="a tailing reader long-polls every generator ledger this often (0: none)")
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--json", action="store_true")

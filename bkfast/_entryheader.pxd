@@ -19,3 +19,17 @@ cdef inline int peek_ids(const uint8_t *p, Py_ssize_t n, uint64_t *scope_id, int
         return -1
     scope_id[0], ledger_id[0], entry_id[0] = 0, get_i64(p), get_i64(p + 8)
     return 1
+
+
+cdef inline int peek_lac(const uint8_t *p, Py_ssize_t n, int64_t *lac) noexcept nogil:
+    """The last-add-confirmed its writer piggy-backed on the entry (bkfast.storage.entry_header.entry_lac);
+    0, or -1 when the entry is too short to hold it."""
+    if n >= 1 and (p[0] & 0x80):
+        if n < 33:
+            return -1
+        lac[0] = get_i64(p + 25)
+        return 0
+    if n < 24:
+        return -1
+    lac[0] = get_i64(p + 16)
+    return 0

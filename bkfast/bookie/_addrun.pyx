@@ -12,11 +12,14 @@ Owns: the table of admitted ledgers (`TABLE_SLOTS` slots, direct-mapped by ledge
 sends the ledger's next add through the general path, which admits it again), and one run at a time: what
 it took, per journal (records and ids for the answers) and per ledger directory (counts).
 
+A ledger whose LAC a reader tracks (bkfast.bookie.lac) is `watched` in its slot: its taken adds report the
+highest LAC piggy-backed on them, which the Bookie advances (and so wakes the ledger's long-poll readers)
+when the run closes, as the general path does after its store.
+
 Must never: take an add the general path would refuse. So the table is filled only by the general path's
 admission (FastAdds.note_admitted), and emptied of a ledger before anything can change its verdict: a fence
-(under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only or a
-reader tracking the ledger's LAC (those two stop the fast path: the Bookie opens no run). Nor take an add
-it cannot journal: a run takes at most the room each journal's queue has left and the adds the server
+(under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only (that
+stops the fast path: the Bookie opens no run). Nor take an add it cannot journal: a run takes at most the room each journal's queue has left and the adds the server
 still accepts. Everything here runs with the GIL held (the reactor; forget() from the GC thread), which is
 what makes the table's updates atomic with respect to take_c.
 """
@@ -30,6 +33,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from bkfast._addsink cimport AddSink, TakenAdd
+from bkfast._entryheader cimport peek_lac
 from bkfast._writecache cimport PUT_OK, WriteCacheHalf
 
 __all__ = ["AddRun", "RecordSlice", "TABLE_SLOTS"]
@@ -42,13 +46,16 @@ cdef enum:
     NO_LEDGER = -1
 
 TABLE_SLOTS = C_TABLE_SLOTS
+cdef int64_t NO_LAC = -0x8000000000000000
 cdef Py_ssize_t MAX_ENTRY_BYTES = 0xFFFFFFFF    # a write-cache half stores lengths in 32 bits
 
 
 cdef struct Admitted:
     int64_t ledger_id               # NO_LEDGER: an empty slot
+    int64_t run_lac                 # watched: the highest LAC the run in progress took (NO_LAC: none yet)
     int32_t journal
     int32_t directory
+    bint watched                    # a reader tracks the ledger's LAC
     uint8_t key[KEY_BYTES]
 
 
@@ -108,6 +115,9 @@ cdef class AddRun(AddSink):
     cdef Py_ssize_t *_dir_counts
     cdef bint *_locked              # per directory: its half's mutex is held (within one feed)
     cdef Share *_shares
+    cdef Py_ssize_t *_lac_moved      # the watched slots the run in progress took adds of
+    cdef Py_ssize_t _lac_moved_count
+    cdef Py_ssize_t _lac_moved_capacity
     cdef list _records               # per journal: the entries taken (the journal records), in order
     cdef Py_ssize_t _limit
     cdef bytes _segment              # where taken entries' journal records are copied, back to back
@@ -132,6 +142,7 @@ cdef class AddRun(AddSink):
             raise MemoryError()
         for i in range(C_TABLE_SLOTS):
             self._table[i].ledger_id = NO_LEDGER
+            self._table[i].run_lac = NO_LAC
 
     def __dealloc__(self):
         cdef int j
@@ -143,11 +154,13 @@ cdef class AddRun(AddSink):
         PyMem_Free(self._half_limits)
         PyMem_Free(self._dir_counts)
         PyMem_Free(self._locked)
+        PyMem_Free(self._lac_moved)
 
     # --- the table ------------------------------------------------------------------------------------
-    def admit(self, int64_t ledger_id, bytes master_key, int journal, int directory):
+    def admit(self, int64_t ledger_id, bytes master_key, int journal, int directory, bint watched=False):
         """The general path admitted an add of this (unscoped) ledger with this key, the ledger not fenced:
-        later adds with the same key may take the fast path, to `journal` and ledger `directory`."""
+        later adds with the same key may take the fast path, to `journal` and ledger `directory`; `watched`:
+        a reader tracks its LAC."""
         cdef Admitted *slot
         if ledger_id < 0:
             raise ValueError(f"ledger id {ledger_id} is negative")
@@ -159,6 +172,8 @@ cdef class AddRun(AddSink):
         slot.ledger_id = ledger_id
         slot.journal = journal
         slot.directory = directory
+        slot.watched = watched
+        slot.run_lac = NO_LAC
         memcpy(slot.key, <const char *>master_key, KEY_BYTES)
 
     def forget(self, int64_t ledger_id):
@@ -166,6 +181,19 @@ cdef class AddRun(AddSink):
         cdef Admitted *slot = &self._table[slot_of(ledger_id)]
         if slot.ledger_id == ledger_id:
             slot.ledger_id = NO_LEDGER
+
+    def watch(self, int64_t ledger_id, bint watched):
+        """A reader started (True) or stopped tracking the ledger's LAC; not while a run is open."""
+        cdef Admitted *slot = &self._table[slot_of(ledger_id)]
+        if self._open:
+            raise RuntimeError("the LAC watch of a ledger changes between runs, not within one")
+        if slot.ledger_id == ledger_id:
+            slot.watched = watched
+
+    def watches(self, int64_t ledger_id):
+        """Whether the ledger is admitted and its taken adds report their LAC."""
+        cdef Admitted *slot = &self._table[slot_of(ledger_id)]
+        return slot.ledger_id == ledger_id and slot.watched
 
     def knows(self, int64_t ledger_id):
         """Whether adds of this ledger (with its key) may take the fast path now."""
@@ -205,16 +233,21 @@ cdef class AddRun(AddSink):
             self._shares[i].room = journal_rooms[i]
         self._halves = halves
         self._records = [[] for _ in range(self.journals)]
+        self._lac_moved_count = 0
         self._limit = limit
         self.count = self.taken_bytes = 0
         self._open = True
 
     def close(self):
         """End the run (or disarm it): ([(journal, its records, its answers' ids as packed TakenAdd, its
-        records' bytes)] for each journal that took adds, [adds stored per directory]); None when it never
-        opened. The caller releases the halves after this."""
+        records' bytes)] for each journal that took adds, [adds stored per directory], [(ledger, the highest
+        LAC its taken adds carried)] for watched ledgers); None when it never opened. The caller releases
+        the halves after this."""
         cdef int j
+        cdef Py_ssize_t i
+        cdef Admitted *slot
         cdef list shares = []
+        cdef list lacs = []
         self._opener, self._armed_limit = None, 0
         if not self._open:
             return None             # armed, but no add came to open it
@@ -228,7 +261,12 @@ cdef class AddRun(AddSink):
                                                          self._shares[j].count * sizeof(TakenAdd)),
                                self._shares[j].nbytes))
         self._records = None
-        return shares, [self._dir_counts[j] for j in range(self.directories)]
+        for i in range(self._lac_moved_count):
+            slot = &self._table[self._lac_moved[i]]
+            lacs.append((slot.ledger_id, slot.run_lac))
+            slot.run_lac = NO_LAC
+        self._lac_moved_count = 0
+        return shares, [self._dir_counts[j] for j in range(self.directories)], lacs
 
     cdef int take_c(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, const uint8_t *master_key,
                     const uint8_t *entry, Py_ssize_t length) except -1:
@@ -237,6 +275,7 @@ cdef class AddRun(AddSink):
         cdef WriteCacheHalf half
         cdef TakenAdd *taken
         cdef RecordSlice record
+        cdef int64_t lac = NO_LAC
         if not self._open and not self._open_armed():
             return 0
         if self.count >= self._limit or ledger_id < 0 or entry_id < 0 or length > MAX_ENTRY_BYTES:
@@ -247,6 +286,11 @@ cdef class AddRun(AddSink):
         share = &self._shares[slot.journal]
         if share.count >= share.room:
             return 0
+        if slot.watched:
+            if peek_lac(entry, length, &lac) < 0:
+                return 0            # no LAC to read: the general path's verdict
+            if slot.run_lac == NO_LAC and self._lac_moved_count == self._lac_moved_capacity:
+                self._grow_lac_moved()
         if share.count == share.capacity:
             self._grow(share)
         # The record first: if it cannot be made, nothing was stored.
@@ -270,6 +314,12 @@ cdef class AddRun(AddSink):
         share.count += 1
         share.nbytes += length
         self._dir_counts[slot.directory] += 1
+        if slot.watched:
+            if slot.run_lac == NO_LAC:
+                self._lac_moved[self._lac_moved_count] = slot - self._table
+                self._lac_moved_count += 1
+            if lac > slot.run_lac:
+                slot.run_lac = lac
         self.count += 1
         self.taken_bytes += length
         return 1
@@ -293,6 +343,14 @@ cdef class AddRun(AddSink):
             if self._locked[d]:
                 self._locked[d] = False
                 (<WriteCacheHalf>PyList_GET_ITEM(self._halves, d)).unlock_c()
+
+    cdef int _grow_lac_moved(self) except -1:
+        cdef Py_ssize_t capacity = 2 * self._lac_moved_capacity if self._lac_moved_capacity else 16
+        cdef Py_ssize_t *grown = <Py_ssize_t *>PyMem_Realloc(self._lac_moved, capacity * sizeof(Py_ssize_t))
+        if grown == NULL:
+            raise MemoryError()
+        self._lac_moved, self._lac_moved_capacity = grown, capacity
+        return 0
 
     cdef int _grow(self, Share *share) except -1:
         cdef Py_ssize_t capacity = 2 * share.capacity if share.capacity else 256

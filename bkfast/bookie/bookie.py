@@ -136,10 +136,11 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
 
     def _init_fast_adds(self) -> None:
         """The reactor's add fast path: the ledgers admitted, and a socket read's adds stored in one C run;
-        it forgets a ledger the GC deletes."""
+        it forgets a ledger the GC deletes, and reports the LACs of ledgers a reader tracks."""
         self.fast_adds = FastAdds(self.storage, self.journals, self._ledger_lock, self.stats, self.lac,
                                   lambda: self.read_only)
         self.gc.on_ledger_deleted = self.fast_adds.forget
+        self.lac.on_tracking = self.fast_adds.watch_lac
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:

@@ -4,10 +4,12 @@ handed them over.
 
 A run: `open` (the reactor, once per socket read) arms it; the read's first plain add opens it (_start),
 after checking that nothing would make the general path refuse an add the table admits (the bookie
-read-only, a reader tracking some ledger's LAC), by taking the Bookie's ledger lock (so no fence comes
+read-only), by taking the Bookie's ledger lock (so no fence comes
 between an add's check and its store) and each ledger directory's active write-cache half; the splitter
 offers the adds; `close` releases both and hands each journal its share of records with one completion,
 which the caller's `answer` turns into the responses once durable. A read with no add takes no lock.
+A ledger whose LAC a reader tracks (bkfast.bookie.lac) is watched in the table: `close` advances its LAC
+to the highest its taken adds carried, which wakes its long-poll readers, as the general path does.
 
 Stats are those of Bookie.add_entries: BOOKIE_ADD_ENTRY (the run's time split over its adds), its bytes,
 WRITE_BYTES, and ledger storage's add_entry count and latency.
@@ -68,12 +70,17 @@ class FastAdds:
         """An add of this unscoped ledger passed the general path's admission, not fenced (lock held)."""
         if self.run is not None and type(master_key) is bytes and len(master_key) == MASTER_KEY_BYTES:
             self.run.admit(ledger_id, master_key, journal_index(ledger_id, len(self._journals)),
-                           self._storage.directory_index(ledger_id))
+                           self._storage.directory_index(ledger_id), (0, ledger_id) in self._lac)
 
     def forget(self, ledger_id: int, scope_id: int = 0) -> None:
         """The ledger was fenced or deleted: its adds go through the general path again."""
         if self.run is not None and not scope_id:
             self.run.forget(ledger_id)
+
+    def watch_lac(self, scope_id: int, ledger_id: int, tracked: bool) -> None:
+        """A reader started or stopped tracking the ledger's LAC (LacTracker.on_tracking; the reactor)."""
+        if self.run is not None and not scope_id:
+            self.run.watch(ledger_id, tracked)
 
     # --- a run ----------------------------------------------------------------------------------------
     def open(self, limit: int) -> AddRun | None:
@@ -88,7 +95,7 @@ class FastAdds:
     def _start(self, limit: int) -> bool:
         """Open the armed run, from its first add: False when adds must take the general path now."""
         run = self.run
-        if run is None or self._read_only() or self._lac.tracked:
+        if run is None or self._read_only():
             return False
         halves: list = []
         self._ledger_lock.acquire()
@@ -116,11 +123,13 @@ class FastAdds:
         try:
             closed = run.close()
             assert closed is not None
-            shares, stored = closed
+            shares, stored, lacs = closed
         finally:
             for directory, count in zip(self._directories, stored, strict=True):
                 directory.release_write_half(count)
             self._ledger_lock.release()
+        if lacs:
+            self._lac.advance_many(0, lacs)
         return run.count, self._journal(shares, answer, run.count, run.taken_bytes) if shares else []
 
     def _journal(self, shares: list, answer: TakenAnswer, count: int, taken_bytes: int) -> list:

@@ -12,6 +12,9 @@ Waking waiters when the entry reaches storage, before its journal sync, is safe:
 piggy-backs is already acknowledged by an ack quorum, so every entry up to it is durable elsewhere
 (Java's bookie does the same, through its FileInfo/LedgerDescriptor watchers).
 
+Who else must know which ledgers are tracked: `on_tracking(scope_id, ledger_id, tracked)` is called when a
+ledger starts and stops being tracked (the Bookie's add fast path then reports the LACs of its adds).
+
 Threads: the reactor thread only (the Bookie updates it from add_entries / set_explicit_lac, which the
 server calls on the reactor); waiters are called synchronously from `advance`.
 """
@@ -73,6 +76,7 @@ class LacTracker:
         self._clock = clock
         self._ledgers: dict[tuple[int, int], _LedgerLac] = {}
         self._next_sweep = clock() + idle_timeout_s
+        self.on_tracking: Callable[[int, int, bool], None] | None = None
 
     @property
     def tracked(self) -> dict:
@@ -93,6 +97,8 @@ class LacTracker:
             if now >= self._next_sweep:
                 self._sweep(now)
             state = self._ledgers[(scope_id, ledger_id)] = _LedgerLac(load(), now)
+            if self.on_tracking is not None:
+                self.on_tracking(scope_id, ledger_id, True)
         state.used = now
         return state.lac
 
@@ -103,10 +109,22 @@ class LacTracker:
     def advance(self, scope_id: int, ledger_id: int, lac: int) -> None:
         """A LAC reached storage: remember it if it is higher, and wake the waiters it satisfies."""
         state = self._ledgers.get((scope_id, ledger_id))
-        if state is None or lac <= state.lac:
-            return
+        if state is not None and lac > state.lac:
+            self._moved(state, lac, int(time.time() * 1000))
+
+    def advance_many(self, scope_id: int, lacs: list[tuple[int, int]]) -> None:
+        """advance() for each (ledger_id, lac) of one add run, with one clock read."""
+        now_ms = int(time.time() * 1000)
+        ledgers = self._ledgers
+        for ledger_id, lac in lacs:
+            state = ledgers.get((scope_id, ledger_id))
+            if state is not None and lac > state.lac:
+                self._moved(state, lac, now_ms)
+
+    @staticmethod
+    def _moved(state: _LedgerLac, lac: int, now_ms: int) -> None:
         state.lac = lac
-        state.update_ms = int(time.time() * 1000)
+        state.update_ms = now_ms
         waiters = state.waiters
         if not waiters:
             return
@@ -133,6 +151,8 @@ class LacTracker:
         """The ledger was deleted: forget it, and answer its waiters (they read the ledger's new state)."""
         state = self._ledgers.pop((scope_id, ledger_id), None)
         if state is not None:
+            if self.on_tracking is not None:
+                self.on_tracking(scope_id, ledger_id, False)
             for waiter in state.waiters:
                 waiter.fire()
 
@@ -141,6 +161,8 @@ class LacTracker:
         idle = [key for key, state in self._ledgers.items() if state.used < cutoff and not state.waiters]
         for key in idle:
             del self._ledgers[key]
+            if self.on_tracking is not None:
+                self.on_tracking(*key, False)
         self._next_sweep = now + self.idle_timeout_s
 
 

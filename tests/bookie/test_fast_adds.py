@@ -65,8 +65,8 @@ def test_add_run_takes_only_admitted_ledgers_with_their_key_and_stores_them():
     assert not run.take(10, -1, 2, key, entry), "negative ids take the general path (it refuses them)"
     assert run.take(11, 0, 1, *_body(_add(11, 0)))
     assert run.take(10, 1, 2, *_body(_add(10, 1)))
-    shares, stored = run.close()
-    assert stored == [1, 2]
+    shares, stored, lacs = run.close()
+    assert stored == [1, 2] and lacs == [], "no ledger is watched: no LAC reported"
     assert [(j, len(records), nbytes) for j, records, _, nbytes in shares] == \
         [(0, 2, 2 * len(entry)), (1, 1, len(entry))]
     assert list(TAKEN.iter_unpack(shares[0][2])) == [(10, 0, 2), (10, 1, 2)]
@@ -98,6 +98,34 @@ def test_add_run_forgets_fenced_ledgers_and_keeps_within_its_limits():
     assert run.take(10, 0, 2, *big)
     assert not run.take(10, 1, 2, *_body(_add(10, 1, payload=b"y" * 1000))), "a full half takes the general path"
     assert run.close()[1] == [1]
+
+
+def test_add_run_reports_the_highest_lac_taken_of_each_watched_ledger():
+    run, halves, start = _run()
+    run.admit(10, KEY, 0, 0, watched=True)
+    run.admit(11, KEY, 0, 0)
+    run.admit(12, KEY, 0, 0)
+    run.watch(12, True)
+    run.watch(13, True)                             # not admitted: nothing to watch
+    assert run.watches(10) and not run.watches(11) and run.watches(12) and not run.watches(13)
+    start()
+    with pytest.raises(RuntimeError):
+        run.watch(11, True)
+    for e in (4, 9, 7):                             # _add's piggy-backed LAC is entry - 1
+        assert run.take(10, e, 2, *_body(_add(10, e)))
+    assert run.take(11, 0, 2, *_body(_add(11, 0)))
+    assert run.take(12, 3, 2, *_body(_add(12, 3)))
+    short = (KEY, _body(_add(12, 4))[1][:20])
+    assert not run.take(12, 4, 2, *short), "a watched ledger's entry with no LAC in it: the general path"
+    assert run.take(11, 1, 2, *short), "an unwatched ledger's LAC is not read"
+    assert sorted(run.close()[2]) == [(10, 8), (12, 2)]
+    start()
+    assert run.take(10, 10, 2, *_body(_add(10, 10)))
+    assert run.close()[2] == [(10, 9)], "each run reports its own LACs"
+    run.watch(10, False)
+    start()
+    assert run.take(10, 11, 2, *_body(_add(10, 11)))
+    assert run.close()[2] == []
 
 
 def test_add_run_checks_its_arguments():
@@ -284,7 +312,7 @@ def test_a_bad_length_prefix_after_taken_adds_closes_the_connection_and_keeps_th
         assert [(r.rc, r.entry_id) for r in other.send(_add(31, 20))] == [(V2Rc.EOK, 20)]
 
 
-def test_a_run_opens_only_at_its_first_add_and_not_while_read_only_or_a_reader_tracks_a_lac(tmp_path):
+def test_a_run_opens_only_at_its_first_add_and_not_while_read_only(tmp_path):
     dispatcher = _Dispatcher()
     conf = _conf(tmp_path)
     with Bookie(conf, dispatcher=dispatcher) as bookie:
@@ -310,13 +338,42 @@ def test_a_run_opens_only_at_its_first_add_and_not_while_read_only_or_a_reader_t
         opened, taken, listed = feed(_add(9, 0))
         assert (opened, taken, len(listed)) == (False, 0, 1), "read-only: the general path refuses it"
         bookie.set_read_only_reason("test", False, "")
-        bookie.lac.known(0, 9, lambda: 3)
-        assert feed(_add(9, 0))[:2] == (False, 0), "piggy-backed LACs of tracked ledgers need the general path"
-        bookie.lac.drop(0, 9)
         assert feed(_add(9, 0))[:2] == (True, 1)
         assert fast.open(0) is None
         dispatcher.drain(lambda: answered)
         assert answered == [(None, 1)]
+
+
+def test_adds_of_a_ledger_whose_lac_a_reader_tracks_go_through_runs_and_wake_its_long_poll(tmp_path):
+    """A tailing reader tracks ledger 9's LAC and long-polls it: the writer's adds still go through runs
+    (other ledgers' too), each run advances the LAC the Bookie knows, and the waiter fires once it passes
+    the LAC it waits on. The tracker's idle sweep and a delete stop the watch."""
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher, stats=StatsRegistry(enabled=True).logger()) as bookie:
+        server = _Server(bookie, conf, dispatcher)
+        run = bookie.fast_adds.run
+        server.send(_add(9, 0) + _add(9, 1) + _add(14, 0))        # the general path admits both ledgers
+        assert run.knows(9) and not run.watches(9)
+        assert bookie.known_lac(0, 9) == 0, "the LAC piggy-backed on entry 1, loaded from storage"
+        assert run.watches(9) and not run.watches(14), "tracking a LAC watches that ledger only"
+        woken = []
+        bookie.watch_lac(0, 9, 4, lambda: woken.append(bookie.known_lac(0, 9)))
+        answers = server.send(b"".join(_add(9, e) for e in range(2, 5)) + _add(14, 1))
+        assert run.count == 4, "tracked or not, the read went through the run"
+        assert [r.rc for r in answers] == [V2Rc.EOK] * 4
+        assert bookie.known_lac(0, 9) == 3 and woken == [], "LAC 3 does not pass the 4 the reader waits on"
+        server.send(_add(9, 5) + _add(9, 6))
+        assert run.count == 2
+        assert woken == [5], "the run's close advanced the LAC to 5 and woke the long poll"
+        assert bookie.known_lac(0, 14) == 0
+        bookie.lac._sweep(bookie.lac._clock() + 2 * bookie.lac.idle_timeout_s)
+        assert not run.watches(9) and run.knows(9), "idle: no longer tracked, still admitted"
+        server.send(_add(9, 7))
+        assert run.count == 1
+        assert bookie.known_lac(0, 9) == 6
+        bookie.delete_ledger(9)
+        assert not run.knows(9) and (0, 9) not in bookie.lac
 
 
 # --- v3 --------------------------------------------------------------------------------------------------
