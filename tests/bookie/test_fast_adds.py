@@ -439,3 +439,42 @@ def test_server_takes_v3_adds_of_admitted_ledgers_and_answers_each_txn(tmp_path)
         for e in range(30):
             assert bookie.read_entry(4, e) == _add(4, e)[28:]
         server.factory.stopFactory()
+
+
+def _v3_long_poll(ledger, previous_lac, timeout_ms, txn):
+    r = pb.Request()
+    r.header.version, r.header.operation, r.header.txnId = pb.VERSION_THREE, pb.READ_ENTRY, txn
+    q = r.readRequest
+    q.ledgerId, q.entryId, q.flag = ledger, -1, pb.ReadRequest.ENTRY_PIGGYBACK
+    q.previousLAC, q.timeOut = previous_lac, timeout_ms
+    data = r.SerializeToString()
+    return len(data).to_bytes(4, "big") + data
+
+
+def test_a_v3_long_poll_is_answered_by_adds_a_run_takes_on_another_connection(tmp_path):
+    """A tailing reader's long poll (ENTRY_PIGGYBACK, previousLAC 2) waits on its connection; the writer's
+    v2 adds go through runs on another connection; the poll is answered with maxLAC and the entry after
+    previousLAC as soon as a run's adds carry a LAC past 2, not before."""
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path, numReadWorkerThreads=0)     # the woken poll's entry read inline: no thread
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        writer = _Server(bookie, conf, dispatcher)
+        writer.send(_add(41, 0) + _add(41, 1))                     # admits ledger 41 (LAC 0)
+        reader = writer.factory.buildProtocol(None)
+        reader_out = StringTransport()
+        reader.makeConnection(reader_out)
+        reader.dataReceived(_v3_long_poll(41, 2, 60_000, txn=77))
+        writer.clock.advance(0)
+        assert reader_out.value() == b"", "LAC 0 does not pass 2: the poll waits"
+        assert bookie.fast_adds.run.watches(41)
+        writer.send(_add(41, 2) + _add(41, 3))                     # LAC 2: still waiting
+        assert bookie.fast_adds.run.count == 2
+        writer.clock.advance(0)
+        assert reader_out.value() == b""
+        writer.send(b"".join(_add(41, e) for e in range(4, 9)))     # LAC 7
+        assert bookie.fast_adds.run.count == 5, "the adds that wake the poll went through the run"
+        writer.clock.advance(0)
+        (answer,) = _v3_answers(reader_out.value())
+        assert answer.header.txnId == 77 and answer.status == pb.EOK
+        assert answer.readResponse.maxLAC == 7
+        assert answer.readResponse.entryId == 3 and answer.readResponse.body == _add(41, 3)[28:]
