@@ -157,8 +157,7 @@ class Sandbox:
                 f"cannot reach ZooKeeper at {connect} ({what}) within {ZK_CONNECT_TIMEOUT_S:g} s: start it and "
                 "check HOST:PORT, or use --zk to start a local one") from None
         try:
-            if client.exists("/ledgers/LAYOUT") is None:
-                zk_layout.init_new_cluster(client, "/ledgers")
+            zk_layout.ensure_cluster(client, "/ledgers")
         finally:
             client.stop()
             client.close()

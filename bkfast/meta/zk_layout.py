@@ -19,7 +19,7 @@ from bkfast.errors import ClusterExistsError, MetadataError
 __all__ = [
     "MetadataError", "ClusterExistsError", "LedgerLayout", "LAYOUT_FORMAT_VERSION", "MANAGER_FACTORIES",
     "AVAILABLE", "READONLY", "COOKIES", "INSTANCEID", "LAYOUT", "IDGEN",
-    "init_new_cluster", "format_metadata", "read_layout", "read_instance_id", "parse_layout",
+    "init_new_cluster", "ensure_cluster", "format_metadata", "read_layout", "read_instance_id", "parse_layout",
     "format_layout", "parse_metadata_service_uri", "metadata_from_conf", "zk_path",
 ]
 
@@ -138,6 +138,13 @@ def init_new_cluster(zk, root: str = "/ledgers", layout: str = "hierarchical",
         raise MetadataError(f"creating the cluster under {root} failed: {failed[0]!r}")
     zk.create(zk_path(root, LAYOUT), layout_data)
     return instance_id
+
+
+def ensure_cluster(zk, root: str = "/ledgers", layout: str = "hierarchical") -> None:
+    """Init a new cluster under `root` unless its LAYOUT (written last by `init_new_cluster`) is there:
+    idempotent, for a sandbox or a test harness that may find the cluster of an earlier run."""
+    if zk.exists(zk_path(root, LAYOUT)) is None:
+        init_new_cluster(zk, root, layout)
 
 
 def format_metadata(zk, root: str = "/ledgers", force: bool = False, layout: str | None = None) -> str:

@@ -331,8 +331,7 @@ async def init(reactor, uri: str) -> None:
 
     client = _zk(uri)
     try:
-        if client.exists("/ledgers/LAYOUT") is None:
-            zk_layout.init_new_cluster(client, "/ledgers")
+        zk_layout.ensure_cluster(client, "/ledgers")
     finally:
         client.stop()
         client.close()

@@ -16,6 +16,7 @@ from bkfast.meta import (
     parse_metadata_service_uri,
     read_instance_id,
     read_layout,
+    zk_layout,
 )
 from tests import VECTORS_DIR
 
@@ -48,6 +49,15 @@ def test_init_refuses_existing_cluster(zk_client):
     with pytest.raises(ClusterExistsError, match="already exists"):
         init_new_cluster(zk_client, "/ledgers")
     assert zk_client.get("/ledgers/INSTANCEID")[0] == b"x"
+
+
+@pytest.mark.zookeeper
+def test_ensure_cluster_inits_once(zk_client):
+    zk_layout.ensure_cluster(zk_client, "/ledgers")
+    iid = read_instance_id(zk_client, "/ledgers")
+    zk_layout.ensure_cluster(zk_client, "/ledgers")          # found: left as it is
+    assert read_instance_id(zk_client, "/ledgers") == iid
+    assert read_layout(zk_client, "/ledgers").name == "hierarchical"
 
 
 @pytest.mark.zookeeper
