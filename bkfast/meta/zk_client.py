@@ -115,6 +115,24 @@ class ZkStats:
             self._expired_at = None
 
 
+class _TimedAsync:
+    """A StatsKazooClient method: the kazoo *_async method of the same name (the next class's in the MRO),
+    each call timed as the session's `zk_<op>`."""
+
+    def __init__(self, op: str):
+        self.op = op
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def __get__(self, client, owner=None):
+        if client is None:
+            return self
+        kazoo_call = getattr(super(self.owner, client), self.name)
+        return functools.partial(client.zk_stats.timed, self.op, kazoo_call)
+
+
 class _StatsTransaction(TransactionRequest):
     def commit_async(self):
         start = now_ns()
@@ -129,32 +147,15 @@ class StatsKazooClient(KazooClient):
         self.zk_stats = zk_stats
         self.add_listener(lambda _state: zk_stats.on_state(self.client_state))
 
-    def create_async(self, *args, **kwargs):
-        return self.zk_stats.timed("create", super().create_async, *args, **kwargs)
-
-    def delete_async(self, *args, **kwargs):
-        return self.zk_stats.timed("delete", super().delete_async, *args, **kwargs)
-
-    def exists_async(self, *args, **kwargs):
-        return self.zk_stats.timed("exists", super().exists_async, *args, **kwargs)
-
-    def get_async(self, *args, **kwargs):
-        return self.zk_stats.timed("get_data", super().get_async, *args, **kwargs)
-
-    def get_children_async(self, *args, **kwargs):
-        return self.zk_stats.timed("get_children", super().get_children_async, *args, **kwargs)
-
-    def set_async(self, *args, **kwargs):
-        return self.zk_stats.timed("set_data", super().set_async, *args, **kwargs)
-
-    def get_acls_async(self, *args, **kwargs):
-        return self.zk_stats.timed("get_acl", super().get_acls_async, *args, **kwargs)
-
-    def set_acls_async(self, *args, **kwargs):
-        return self.zk_stats.timed("set_acl", super().set_acls_async, *args, **kwargs)
-
-    def sync_async(self, *args, **kwargs):
-        return self.zk_stats.timed("sync", super().sync_async, *args, **kwargs)
+    create_async = _TimedAsync("create")
+    delete_async = _TimedAsync("delete")
+    exists_async = _TimedAsync("exists")
+    get_async = _TimedAsync("get_data")
+    get_children_async = _TimedAsync("get_children")
+    set_async = _TimedAsync("set_data")
+    get_acls_async = _TimedAsync("get_acl")
+    set_acls_async = _TimedAsync("set_acl")
+    sync_async = _TimedAsync("sync")
 
     def transaction(self):
         return _StatsTransaction(self)
