@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from bkfast.attributes import Summed
 from bkfast.bookie import journal as journal_mod
 from bkfast.bookie import logmark
 from bkfast.bookie.journal import Journal
@@ -224,25 +225,11 @@ class JournalSet:
         return size
 
     # --- counters, summed over the journals (admin metrics) --------------------------------------------
-    @property
-    def batch_count(self) -> int:
-        return sum(j.batch_count for j in self.journals)
-
-    @property
-    def sync_count(self) -> int:
-        return sum(j.sync_count for j in self.journals)
-
-    @property
-    def records_written(self) -> int:
-        return sum(j.records_written for j in self.journals)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(j.bytes_written for j in self.journals)
-
-    @property
-    def queue_length(self) -> int:
-        return sum(j.queue_length for j in self.journals)
+    batch_count = Summed("journals")
+    sync_count = Summed("journals")
+    records_written = Summed("journals")
+    bytes_written = Summed("journals")
+    queue_length = Summed("journals")
 
     @property
     def sync_latency_observer(self):

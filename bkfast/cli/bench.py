@@ -29,6 +29,7 @@ from array import array
 import click
 
 from bkfast import _journal
+from bkfast.attributes import Summed
 from bkfast.bookie.journal import CACHE_DROP_LAG_BYTES, Journal
 from bkfast.bookie.journal_files import HEADER_SIZE, MAGIC
 from bkfast.conf import ServerConfiguration
@@ -99,9 +100,7 @@ class _Run:
     def all_batches(self) -> list[tuple[float, int, int]]:
         return [b for batches in self.batches for b in batches]
 
-    @property
-    def sync_count(self) -> int:
-        return sum(j.sync_count for j in self.journals)
+    sync_count = Summed("journals")
 
     def _failed(self, tokens: list, exc: BaseException) -> None:
         self.errors.append(exc)

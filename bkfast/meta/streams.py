@@ -18,6 +18,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field, replace
 
+from bkfast.attributes import Summed
 from bkfast.errors import StreamError
 
 __all__ = ["Segment", "StreamMetadata", "VersionedStream", "check_stream_name", "parse_stream", "serialize_stream",
@@ -78,13 +79,8 @@ class StreamMetadata:
     def replace(self, **changes) -> StreamMetadata:
         return replace(self, **changes)
 
-    @property
-    def records(self) -> int:
-        return sum(s.records for s in self.segments)
-
-    @property
-    def bytes(self) -> int:
-        return sum(s.bytes for s in self.segments)
+    records = Summed("segments")
+    bytes = Summed("segments")
 
     @property
     def open_segment(self) -> Segment | None:

@@ -37,7 +37,8 @@ LAYERS = {
     3: ["codec", "_clientpath", "tls", "stats"],
     2: ["ids", "conf", "digests", "reactor", "proto", "_codec", "_refcodec", "_journal", "_entrylog", "_writecache"],
     1: ["_entryheader", "_entrysource", "_addsink"],
-    0: ["errors", "_protowire", "_bigendian", "_refcodec_v3", "conf_java", "conf_keys", "_stats", "threads"],
+    0: ["errors", "_protowire", "_bigendian", "_refcodec_v3", "conf_java", "conf_keys", "_stats", "threads",
+        "attributes"],
 }
 LAYER_OF = {unit: layer for layer, units in LAYERS.items() for unit in units}
 
