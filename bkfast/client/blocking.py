@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
+from bkfast.attributes import forwarded
 from bkfast.reactor import call, start_reactor_thread, submit
 
 __all__ = ["BookKeeper", "BlockingLedgerHandle", "ClosedOnExit", "call_in_reactor", "pipelined_adds"]
@@ -43,11 +44,6 @@ class ClosedOnExit:
         self.close()
 
 
-def _handle_attribute(name: str) -> property:
-    """A read-only view of the wrapped async handle's attribute `name`."""
-    return property(lambda self: getattr(self._handle, name))
-
-
 class BlockingLedgerHandle(ClosedOnExit):
     """A ledger handle whose calls block; wraps a `LedgerHandle` / `WriteHandle` of the async API."""
 
@@ -56,14 +52,14 @@ class BlockingLedgerHandle(ClosedOnExit):
         self._timeout = timeout
 
     # identity and state (read from the handle; plain attribute reads are safe across threads)
-    ledger_id = _handle_attribute("ledger_id")
+    ledger_id = forwarded("_handle.ledger_id")
     id = ledger_id
-    scope_id = _handle_attribute("scope_id")
-    qualified_name = _handle_attribute("qualified_name")
-    last_add_confirmed = _handle_attribute("last_add_confirmed")
-    length = _handle_attribute("length")
-    metadata = _handle_attribute("metadata")
-    is_closed = _handle_attribute("is_closed")
+    scope_id = forwarded("_handle.scope_id")
+    qualified_name = forwarded("_handle.qualified_name")
+    last_add_confirmed = forwarded("_handle.last_add_confirmed")
+    length = forwarded("_handle.length")
+    metadata = forwarded("_handle.metadata")
+    is_closed = forwarded("_handle.is_closed")
 
     @property
     def async_handle(self):

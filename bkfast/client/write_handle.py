@@ -23,6 +23,7 @@ from twisted.internet import defer, task
 
 from bkfast._clientpath import AddTracker, PendingAdd
 from bkfast._stats import now_ns
+from bkfast.attributes import forwarded
 from bkfast.codec import encode_add_request_for_entry
 from bkfast.errors import (
     BKDuplicateEntryIdException,
@@ -137,21 +138,8 @@ class WriteHandle(LedgerHandle):
         self._core.domains, self._core.min_domains = (rule[0], rule[1]) if rule else (None, 0)
 
     # LAC and confirmed length live in the tracker
-    @property
-    def last_add_confirmed(self) -> int:
-        return self._core.lac
-
-    @last_add_confirmed.setter
-    def last_add_confirmed(self, value: int) -> None:
-        self._core.lac = value
-
-    @property
-    def confirmed_length(self) -> int:
-        return self._core.confirmed_length
-
-    @confirmed_length.setter
-    def confirmed_length(self, value: int) -> None:
-        self._core.confirmed_length = value
+    last_add_confirmed = forwarded("_core.lac", writable=True)
+    confirmed_length = forwarded("_core.confirmed_length", writable=True)
 
     @property
     def is_closed(self) -> bool:
