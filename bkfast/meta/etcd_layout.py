@@ -102,29 +102,22 @@ class EtcdKeys:
         self.scope = scope
         self.root = scope.encode()
         self.root_end = self.root + END_SEP
+        # the fixed keys: Java's, then bkfast's
+        self.layout = self._k("layout")
+        self.instance_id = self._k("instanceid")
+        self.cookies_dir = self._k("cookies")
+        self.bookies_dir = self._k("bookies")
+        self.ledgers_dir = self._k("ledgers")
+        self.buckets_dir = self._k("buckets")
+        self.underreplication_dir = self._k("underreplication")
+        self.streams_dir = self._k("streams")
 
     def _k(self, *parts: str) -> bytes:
         return "/".join((self.scope, *parts)).encode()
 
     # --- Java's layout ------------------------------------------------------------------------------------
-    @property
-    def layout(self) -> bytes:
-        return self._k("layout")
-
-    @property
-    def instance_id(self) -> bytes:
-        return self._k("instanceid")
-
     def cookie(self, bookie_id: str) -> bytes:
         return self._k("cookies", bookie_id)
-
-    @property
-    def cookies_dir(self) -> bytes:
-        return self._k("cookies")
-
-    @property
-    def bookies_dir(self) -> bytes:
-        return self._k("bookies")
 
     def bookies(self, read_only: bool) -> bytes:
         return self._k("bookies", "readonly" if read_only else "writable")
@@ -132,23 +125,11 @@ class EtcdKeys:
     def bookie(self, bookie_id: str, read_only: bool) -> bytes:
         return self._k("bookies", "readonly" if read_only else "writable", bookie_id)
 
-    @property
-    def ledgers_dir(self) -> bytes:
-        return self._k("ledgers")
-
     def ledger(self, ledger: LedgerId) -> bytes:
         return self._k("ledgers", ledger_key_uuid(ledger))
 
-    @property
-    def buckets_dir(self) -> bytes:
-        return self._k("buckets")
-
     def bucket(self, bucket: int) -> bytes:
         return self._k("buckets", f"{bucket:03d}")
-
-    @property
-    def underreplication_dir(self) -> bytes:
-        return self._k("underreplication")
 
     @staticmethod
     def children(parent: bytes) -> tuple[bytes, bytes]:
@@ -159,10 +140,6 @@ class EtcdKeys:
     def ur(self, *parts: str) -> bytes:
         """``<scope>/underreplication/<parts>``: AutoRecovery's marks, locks, switch, delay, ctimes, election."""
         return self._k("underreplication", *parts)
-
-    @property
-    def streams_dir(self) -> bytes:
-        return self._k("streams")
 
     def stream(self, name: str) -> bytes:
         return self._k("streams", name)
