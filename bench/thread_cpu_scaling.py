@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/thread_cpu_scaling.py [--generators 2] [--adds 100000] [--size 1024]
         [--protocols v2,v3] [--outstanding 1000] [--reads 100000] [--read-passes 3] [--warmup-adds N]
-        [--tail-poll-ms MS] [--dir DIR] [--cores 4,8,16] [--json]
+        [--tail-poll-ms MS] [--gil] [--dir DIR] [--cores 4,8,16] [--json]
 
 One fresh bookie (DbLedgerStorage, journal sync on, 64 MiB write and read caches; `-D key=value` adds
 keys) serves, per protocol: `--generators` processes of `bkfast bench bookie` (throughput phase, each on
@@ -19,15 +19,20 @@ more reactor CPU per add than the same phase run second), which a running bookie
 every ledger the generators write once per MS (bench/read_load.py tail_lacs), so the bookie tracks their
 LACs and wakes the polls from its adds, as it does for a consumer tailing its ledgers.
 
-Printed per protocol and phase: ops/s (sum over generators), the worst generator's p99, and CPU
-microseconds per op by thread and in total. Then the scaling model (docs/threads.md): a bookie's adds/s on
-a host with C cores is bounded by its serial stages and by its total CPU,
+`--gil`: during each measured phase, py-spy samples which thread holds the GIL (bkfast.stats.gil_share, the
+`bench` extra): GIL-held microseconds per op by thread and in total.
 
-    adds/s(C) = min(1e6 / reactor_us, journals * 1e6 / journal_us, C * 1e6 / total_us)
+Printed per protocol and phase: ops/s (sum over generators), the worst generator's p99, and CPU
+microseconds per op by thread and in total (and GIL-held microseconds with --gil). Then the scaling model
+(docs/threads.md): a bookie's adds/s on a host with C cores is bounded by its serial stages, by the GIL
+and by its total CPU,
+
+    adds/s(C) = min(1e6 / reactor_us, journals * 1e6 / journal_us, 1e6 / gil_us, C * 1e6 / total_us)
 
 where reactor_us is the reactor thread's CPU per add (it runs on one core whatever C is), journal_us
 one journal thread's (one per journal directory; as many journals as cores given to journals, here
-assumed min(C / 4, 4)), and total_us every thread's. Assumptions: the disks keep up (the journal's
+assumed min(C / 4, 4)), gil_us the GIL-held time per add summed over the threads (with --gil; one lock
+for the whole process whatever C is), and total_us every thread's. Assumptions: the disks keep up (the journal's
 fdatasync is not the limit), load generators are on other hosts, and per-op costs do not grow with C
 (no lock contention beyond what was measured). Every process is stopped by pid.
 """
@@ -52,6 +57,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from read_load import read_range, tail_lacs  # noqa: E402
 
 from bkfast.cli.local_cluster import LocalBookie  # noqa: E402
+from bkfast.stats.gil_share import GilSampler  # noqa: E402
 from bkfast.stats.thread_cpu import ThreadCpuMeter  # noqa: E402
 
 BKFAST = [sys.executable, "-m", "bkfast.cli.main"]
@@ -88,6 +94,7 @@ def _wait_generators(procs: list[subprocess.Popen]) -> list[dict]:
 def run_adds(bookie: LocalBookie, protocol: str, first_ledger: int, args) -> dict:
     meter = ThreadCpuMeter(bookie.pid)
     meter.start()
+    gil = _start_gil(bookie, args)
     start = time.perf_counter()
     procs = [_generator(bookie.port, protocol, first_ledger + g * args.ledgers, args.adds, args.size,
                         args.outstanding, args.ledgers) for g in range(args.generators)]
@@ -101,9 +108,19 @@ def run_adds(bookie: LocalBookie, protocol: str, first_ledger: int, args) -> dic
     result = {"ops": ops, "ops_per_s": round(sum(d["adds_per_s"] for d in docs)),
               "p99_ms": max(d["p99_ms"] for d in docs), "wall_s": round(wall, 2),
               "errors": sum(d["errors"] for d in docs), "cpu_us_per_op": meter.stop(ops)}
+    if gil is not None:
+        result["gil_us_per_op"] = gil.stop(ops)
     if tailed is not None:
         result["tail_polls"] = tailed["polls"]
     return result
+
+
+def _start_gil(bookie: LocalBookie, args) -> GilSampler | None:
+    if not args.gil:
+        return None
+    sampler = GilSampler(bookie.pid)
+    sampler.start()
+    return sampler
 
 
 def _start_tail(bookie: LocalBookie, first_ledger: int, args):
@@ -140,18 +157,24 @@ def run_reads(bookie: LocalBookie, protocol: str, first_ledger: int, args) -> di
         pool.map(_read_one, jobs)                      # a first pass, so the measured ones are warm
         meter = ThreadCpuMeter(bookie.pid)
         meter.start()
+        gil = _start_gil(bookie, args)
         passes = [pool.map(_read_one, jobs) for _ in range(max(1, args.read_passes))]
         results = [r for one_pass in passes for r in one_pass]
-        spent = meter.stop(sum(r["entries"] for r in results))
-    ops = sum(r["entries"] for r in results)
+        ops = sum(r["entries"] for r in results)
+        spent = meter.stop(ops)
+        gil_us = gil.stop(ops) if gil is not None else None
     # the readers of a pass run side by side: a pass's rate is the sum of theirs; passes are averaged
     rate = sum(r["entries"] / r["seconds"] for r in results) / len(passes)
-    return {"ops": ops, "ops_per_s": round(rate), "errors": sum(r["errors"] for r in results),
-            "cpu_us_per_op": spent}
+    result = {"ops": ops, "ops_per_s": round(rate), "errors": sum(r["errors"] for r in results),
+              "cpu_us_per_op": spent}
+    if gil_us is not None:
+        result["gil_us_per_op"] = gil_us
+    return result
 
 
-def scaling_model(cpu_us: dict, cores: list[int]) -> dict:
-    """adds/s bounds for each core count from the per-thread CPU per add (see the module's docstring)."""
+def scaling_model(cpu_us: dict, cores: list[int], gil_us: float = 0.0) -> dict:
+    """adds/s bounds for each core count from the per-thread CPU per add and, when measured, the GIL-held
+    time per add over all threads (see the module's docstring)."""
     reactor_us = cpu_us.get("bookie-io", 0.0)
     journal_us = max((v for k, v in cpu_us.items() if k.startswith("journal-")), default=0.0)
     total_us = cpu_us["total"]
@@ -160,6 +183,7 @@ def scaling_model(cpu_us: dict, cores: list[int]) -> dict:
         journals = max(1, min(c // 4, 4))
         bounds = {"reactor": 1e6 / reactor_us if reactor_us else float("inf"),
                   "journals": journals * 1e6 / journal_us if journal_us else float("inf"),
+                  "gil": 1e6 / gil_us if gil_us else float("inf"),
                   "cpu": c * 1e6 / total_us}
         limit = min(bounds, key=bounds.__getitem__)
         model[c] = {"adds_per_s": round(bounds[limit]), "limited_by": limit, "journals": journals}
@@ -172,6 +196,11 @@ def _print_phase(protocol: str, phase: str, r: dict) -> None:
         extra += f" tail polls {r['tail_polls']}"
     print(f"{protocol} {phase:<5} {r['ops']:>9,} ops {r['ops_per_s']:>9,} ops/s{extra} errors {r['errors']}")
     print("    CPU us/op: " + "  ".join(f"{k} {v:.2f}" for k, v in r["cpu_us_per_op"].items()))
+    if "gil_us_per_op" in r:
+        gil = r["gil_us_per_op"]
+        print("    GIL held us/op: " + "  ".join(f"{k} {v:.2f}" for k, v in gil.items()
+                                                if k not in ("held_share", "samples", "errors"))
+              + f"  (held {gil['held_share']:.0%} of the time; {gil['samples']} samples, {gil['errors']} errors)")
 
 
 def main() -> None:
@@ -189,6 +218,7 @@ def main() -> None:
     ap.add_argument("--cores", default="4,8,16")
     ap.add_argument("--tail-poll-ms", type=float, default=0,
                     help="a tailing reader long-polls every generator ledger this often (0: none)")
+    ap.add_argument("--gil", action="store_true", help="sample the GIL's holder with py-spy (the bench extra)")
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("-D", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--json", action="store_true")
@@ -206,8 +236,9 @@ def main() -> None:
         for n, protocol in enumerate(args.protocols.split(",")):
             first_ledger = first + n * args.generators * args.ledgers
             adds = run_adds(bookie, protocol, first_ledger, args)
-            result = {"adds": adds, "model": scaling_model(adds["cpu_us_per_op"], [int(c) for c in
-                                                                                   args.cores.split(",")])}
+            gil_us = adds.get("gil_us_per_op", {}).get("total", 0.0)
+            result = {"adds": adds, "model": scaling_model(adds["cpu_us_per_op"],
+                                                           [int(c) for c in args.cores.split(",")], gil_us)}
             if args.reads:
                 result["reads"] = run_reads(bookie, protocol, first_ledger, args)
             report["protocols"][protocol] = result
