@@ -34,6 +34,7 @@ from pathlib import Path
 from bkfast._stats import now_ns
 from bkfast._writecache import PUT_ENTRIES_DONE, MemoryEntries, ReadCacheRing
 from bkfast.codec import peek_entry_ids
+from bkfast.dbstorage._flushslices import FlushSlices
 from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported, tests and benchmarks use them)
     FLUSH_PACE_LEAD,
     FLUSH_PACE_MIN_BYTES_PER_S,
@@ -43,7 +44,7 @@ from bkfast.dbstorage.flush_writer import (  # noqa: F401  (FLUSH_*: re-exported
     Pacer,
     SliceWriter,
 )
-from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key, split_key
+from bkfast.dbstorage.index import LocationBatch, LocationIndex, qualified_key
 from bkfast.dbstorage.ledger_index import LedgerMetadataIndex
 from bkfast.dbstorage.settings import DbStorageSettings
 from bkfast.dbstorage.stats import DbDirStats
@@ -493,31 +494,16 @@ class SingleDirectoryDbLedgerStorage:
         pace = not self._closed
         pacer = Pacer(self._write_cache, half.size, t_start) if paced and pace and not retry else None
         writer = SliceWriter(self._entry_logger, batch, pacer, pace)
-        for key, entry_ids, datas in half.sorted_runs():
-            scope_id, ledger_id = split_key(key)
-            n = len(datas)
-            if n == 1:
-                writer.add(scope_id, ledger_id, entry_ids, datas, len(datas[0]))
-                continue
-            # Slices of <= ~1 MiB or FLUSH_SLICE_ENTRIES with a GIL hand-over (sleep(0)) after each,
-            # whatever the number of ledgers in it: a C call over a whole half (memcpy of 170k entries into
-            # the log buffer) held the GIL >100 ms and drove the open-loop p99, while a hand-over per ledger
-            # cost ~70 us each (the timer slack of sleep(0)): 81 s to stop a bookie holding 1,000,000
-            # one-entry ledgers.
-            i = 0
-            while i < n:
-                step = max(1, min(FLUSH_SLICE_ENTRIES, FLUSH_SLICE_BYTES // (len(datas[i]) + 1)))
-                j = min(n, i + step)
-                if i == 0 and j == n:
-                    writer.add(scope_id, ledger_id, entry_ids, datas, sum(map(len, datas)))
-                else:
-                    part = datas[i:j]
-                    writer.add(scope_id, ledger_id, entry_ids[i:j], part, sum(map(len, part)))
-                i = j
+        # Slices of <= ~1 MiB or FLUSH_SLICE_ENTRIES with a GIL hand-over (sleep(0)) after each, whatever
+        # the number of ledgers in it: a C call over a whole half (memcpy of 170k entries into the log
+        # buffer) held the GIL >100 ms and drove the open-loop p99, while a hand-over per ledger cost
+        # ~70 us each (the timer slack of sleep(0)): 81 s to stop a bookie holding 1,000,000 one-entry
+        # ledgers.
+        for piece in FlushSlices(half, FLUSH_SLICE_ENTRIES, FLUSH_SLICE_BYTES):
+            writer.add_slice(piece)     # a slice is a copy: it holds nothing of the half (end_flush frees it)
         writer.write()
         self.flush_slices += writer.slices
         self.flushed_entries += half.count
-        datas = entry_ids = None        # end_flush frees the half in slices: hold no refs
         t_written = time.perf_counter()
         t0 = now_ns()
         self._entry_logger.flush()      # entries durable ...

@@ -1,8 +1,10 @@
 """The write half of a DbLedgerStorage flush: slices of the write cache's runs into the entry logger, paced.
 
 Owns how a flush writes a half (bkfast.dbstorage.directory decides when, and commits the index after):
-runs of any number of ledgers gathered into slices of <= FLUSH_SLICE_BYTES / FLUSH_SLICE_ENTRIES, one
-entry-logger call each, a GIL hand-over after each, and the pacing of flushes while adds keep arriving.
+slices of any number of ledgers, <= FLUSH_SLICE_BYTES / FLUSH_SLICE_ENTRIES each, one entry-logger call
+each, a GIL hand-over after each, and the pacing of flushes while adds keep arriving. A scope-0 slice comes
+framed as the log stores it (bkfast.dbstorage._flushslices) and goes in with one copy; a scoped one, or
+one larger than a whole log, goes ledger by ledger (`add`, EntryLogger.add_runs).
 
 Must never: sync or index anything (the directory syncs the entry log, then commits the locations).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from bkfast.dbstorage._flushslices import FlushSlice
 from bkfast.dbstorage.index import LocationBatch
 from bkfast.dbstorage.write_cache import ENTRY_OVERHEAD, WriteCache
 from bkfast.storage.entrylogger import EntryLogger
@@ -47,6 +50,18 @@ class SliceWriter:
         self.nbytes = self.nentries = self.slices = 0
         self.entry_bytes = 0     # of every slice written
 
+    def add_slice(self, piece: FlushSlice) -> None:
+        """Write one flush slice: framed in one entry-logger call when it can be, else ledger by ledger."""
+        if not piece.scoped and piece.min_length >= 16:
+            self.write()                        # what add() gathered goes first: the log keeps the order
+            placed = self.logger.add_framed(piece.framed, piece.ledgers, piece.max_length)
+            if placed is not None:
+                self.batch.add_slice(piece, *placed)
+                self._wrote(piece.nbytes, piece.count)
+                return
+        for scope_id, ledger_id, entry_ids, datas in piece.runs():
+            self.add(scope_id, ledger_id, entry_ids, datas, sum(map(len, datas)))
+
     def add(self, scope_id: int, ledger_id: int, entry_ids: list[int], datas: list, nbytes: int) -> None:
         if self.runs and (self.nbytes + nbytes > FLUSH_SLICE_BYTES
                           or self.nentries + len(datas) > FLUSH_SLICE_ENTRIES):
@@ -61,10 +76,16 @@ class SliceWriter:
             return
         locations = self.logger.add_runs(self.runs)
         self.batch.add_runs(self.meta, locations)
-        written = self.nbytes + ENTRY_OVERHEAD * self.nentries
-        self.entry_bytes += self.nbytes
+        nbytes, nentries = self.nbytes, self.nentries
         self.runs, self.meta = [], []
         self.nbytes = self.nentries = 0
+        self._wrote(nbytes, nentries)
+
+    def _wrote(self, nbytes: int, nentries: int) -> None:
+        """A slice of `nentries` entries, `nbytes` bytes, is in the log: count it, then pace or hand the
+        GIL over."""
+        written = nbytes + ENTRY_OVERHEAD * nentries
+        self.entry_bytes += nbytes
         self.slices += 1
         if self.pacer is not None:
             self.pacer.wrote(written)

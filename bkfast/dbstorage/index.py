@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocksdict import (
     AccessType,
@@ -42,6 +43,9 @@ from rocksdict import (
 
 from bkfast._stats import OpStats, now_ns
 from bkfast.errors import StorageCorruptionError
+
+if TYPE_CHECKING:
+    from bkfast.dbstorage._flushslices import FlushSlice
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -425,6 +429,15 @@ class LocationBatch:
                 self.count += 1
         if self.count > before and wb.len() >= LOCATION_CHUNK:
             chunks.append(WriteBatch(raw_mode=True))
+
+    def add_slice(self, piece: FlushSlice, log_id: int, offset: int) -> None:
+        """add() for every entry of a scope-0 flush slice written at `offset` of entry log `log_id`, its keys
+        and values made in C (FlushSlice.put_locations)."""
+        wb = self.plain[-1]
+        piece.put_locations(wb.put, log_id, offset)
+        self.count += piece.count
+        if wb.len() >= LOCATION_CHUNK:
+            self.plain.append(WriteBatch(raw_mode=True))
 
     def add_runs(self, runs: list[tuple[int, int, list[int]]], locations: list[int]) -> None:
         """add() for several ledgers: runs = [(scope_id, ledger_id, entry_ids)], locations flat in order.

@@ -455,6 +455,26 @@ class EntryLogger:
                 self._sync_if_due(active.channel)
             return out
 
+    def add_framed(self, framed: bytes, ledgers: list[tuple[int, int, int, int]],
+                   max_length: int) -> tuple[int, int] | None:
+        """add_runs for a flush slice already framed as a log stores it (`int size | entry` each, scope-0
+        entries of at most `max_length` bytes: bkfast.dbstorage._flushslices), with one copy. `ledgers`:
+        [(scope_id, ledger_id, entries, bytes in `framed`)] for the ledgers map. Returns (log id, offset of
+        framed[0] in it); None when the slice does not fit the log add_runs would start it in: the caller
+        then gives it to add_runs, which splits it over logs as it splits any runs."""
+        with self._lock:
+            active = self._active_for(max_length)
+            channel = active.channel
+            if channel.position + len(framed) > self._size_limit:
+                return None
+            offset = channel.write(framed)
+            counted = active.ledgers
+            for _, ledger_id, _, nbytes in ledgers:
+                counted[ledger_id] = counted.get(ledger_id, 0) + nbytes
+            if self._flush_every_bytes:
+                self._sync_if_due(channel)
+            return channel.log_id, offset
+
     def flush(self) -> None:
         """Make every entry added so far durable: buffer to file, fdatasync current and rotated logs."""
         with self._sync_lock:

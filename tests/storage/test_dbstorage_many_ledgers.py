@@ -36,6 +36,13 @@ class CountingEntryLogger(EntryLogger):
         self.calls += 1
         return super().add_entries(*args, **kwargs)
 
+    def add_framed(self, framed, ledgers, max_length):
+        self.calls += 1
+        placed = super().add_framed(framed, ledgers, max_length)
+        if placed is None:
+            self.calls -= 1             # add_runs takes the slice and counts itself
+        return placed
+
     def add_runs(self, runs):
         self.calls += 1
         # add_runs may fall back to add_entries per ledger: count those instead of this call then
