@@ -1,5 +1,5 @@
 # Type stub of the Cython extension bkfast/_writecache.pyx: what Python code calls.
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from typing_extensions import Buffer
 
@@ -9,7 +9,6 @@ from bkfast._stats import Counter
 ENTRY_OVERHEAD: int
 LEDGER_OVERHEAD: int
 SEGMENT_BYTES: int
-RUN_ENTRIES: int
 
 class SegmentPool:
     def __init__(self, max_segments: int = 0) -> None: ...
@@ -28,7 +27,6 @@ class WriteCacheHalf:
     def last_entry(self, key: int) -> int: ...
     def entry_ids(self, key: int) -> list[int]: ...
     def delete_ledger(self, key: int) -> None: ...
-    def sorted_runs(self) -> Iterator[tuple[int, list[int], list[memoryview]]]: ...
 
 PUT_ENTRIES_DONE: int
 PUT_ENTRIES_NO_ROOM: int

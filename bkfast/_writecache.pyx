@@ -20,9 +20,8 @@ half). The arena is append-only: an entry written again, or a deleted ledger, le
 the arena until the half is dropped, so `size` (what the half's limit is checked against) does not shrink
 on those (as Java's WriteCache, whose deleted ledgers are skipped at flush); `count` is the live entries.
 
-Flush: `sorted_runs()` yields (key, entry ids ascending, read-only memoryviews of their bytes) by ascending
-key, at most RUN_ENTRIES entries per tuple (a long ledger comes as consecutive runs), so the flush thread
-hands the GIL over between runs. The views keep the half alive: no byte is freed while one is in use.
+Flush: `_snapshot` is the half's live entries sorted by (scope, ledger, entry); the flush copies them out
+in slices (bkfast.dbstorage._flushslices), so nothing of the half outlives its flush.
 
 Reads (_writecache_reads.pxi): the read-ahead cache is a ring of halves too (`ReadCacheRing`), and
 `MemoryEntries` is the entry source (bkfast._entrysource) the reactor's read loops look in: per ledger
@@ -47,7 +46,7 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_unlock(pthread_mutex_t *mutex)
 
 __all__ = ["WriteCacheHalf", "SegmentPool", "put_entries", "PUT_ENTRIES_DONE", "PUT_ENTRIES_NO_ROOM",
-           "PUT_ENTRIES_MALFORMED", "ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "SEGMENT_BYTES", "RUN_ENTRIES",
+           "PUT_ENTRIES_MALFORMED", "ENTRY_OVERHEAD", "LEDGER_OVERHEAD", "SEGMENT_BYTES",
            "ReadCacheRing", "MemoryEntries"]
 
 ENTRY_OVERHEAD = 64
@@ -56,7 +55,6 @@ ENTRY_OVERHEAD = 64
 LEDGER_OVERHEAD = 96
 """Bytes charged per ledger in a half: its record (32 bytes) and its index slot, at the lowest fill."""
 SEGMENT_BYTES = 1 << 20
-RUN_ENTRIES = 1024
 
 cdef Py_ssize_t C_ENTRY_OVERHEAD = ENTRY_OVERHEAD
 cdef Py_ssize_t C_LEDGER_OVERHEAD = LEDGER_OVERHEAD
@@ -109,24 +107,6 @@ cdef inline int _split_key(object key, uint64_t *scope_id, uint64_t *ledger_id) 
         scope_id[0] = key >> 64
         ledger_id[0] = key & MAX_U64
     return 0
-
-
-cdef class _SegmentBuffer:
-    """A segment of a half, read-only, for memoryviews; holds the half (so its memory) alive."""
-
-    cdef WriteCacheHalf half
-    cdef uint32_t segment
-
-    def __getbuffer__(self, Py_buffer *buffer, int flags):
-        cdef WriteCacheHalf half = self.half
-        pthread_mutex_lock(<pthread_mutex_t *>half._mutex)
-        cdef uint8_t *base = half._segments[self.segment]
-        cdef Py_ssize_t size = half._segment_sizes[self.segment]
-        pthread_mutex_unlock(<pthread_mutex_t *>half._mutex)
-        PyBuffer_FillInfo(buffer, self, base, size, 1, flags)
-
-    def __releasebuffer__(self, Py_buffer *buffer):
-        pass
 
 
 cdef class SegmentPool:
@@ -516,37 +496,6 @@ cdef class WriteCacheHalf:
             self._ledgers[ledger].last = -1
         pthread_mutex_unlock(<pthread_mutex_t *>self._mutex)
 
-    def sorted_runs(self):
-        """(ledger key, entry ids ascending, read-only memoryviews of their bytes) by ascending key, at
-        most RUN_ENTRIES entries per tuple (a longer ledger comes as consecutive tuples of the same key)."""
-        cdef RunItem *items
-        cdef Py_ssize_t n, start, i
-        cdef RunItem *item
-        cdef dict views = {}
-        items = self._snapshot(&n)
-        try:
-            start = 0
-            while start < n:
-                i = start
-                ids, datas = [], []
-                while (i < n and i - start < RUN_ENTRIES and items[i].ledger_id == items[start].ledger_id
-                       and items[i].scope_id == items[start].scope_id):
-                    item = &items[i]
-                    view = views.get(item.segment)
-                    if view is None:
-                        exporter = _SegmentBuffer.__new__(_SegmentBuffer)
-                        (<_SegmentBuffer>exporter).half = self
-                        (<_SegmentBuffer>exporter).segment = item.segment
-                        view = views[item.segment] = memoryview(exporter)
-                    ids.append(item.entry_id)
-                    datas.append(view[item.offset:item.offset + item.length])
-                    i += 1
-                item = &items[start]
-                key = item.ledger_id if item.scope_id == 0 else (<object>item.scope_id << 64) | item.ledger_id
-                start = i
-                yield key, ids, datas
-        finally:
-            free(items)
 
     cdef RunItem *_snapshot(self, Py_ssize_t *n) except NULL:
         cdef RunItem *items = <RunItem *>malloc((self.count + 1) * sizeof(RunItem))

@@ -1,5 +1,6 @@
 """The C write cache half (bkfast._writecache): every operation against a dict model, the room limit, the
-flush's sorted runs (128-bit keys, long ledgers in runs), and views that outlive the half's owner."""
+flush's order (128-bit keys, long ledgers over several slices: bkfast.dbstorage._flushslices), and slices
+that are copies, which outlive the half while its segments go back to the pool."""
 
 from __future__ import annotations
 
@@ -15,18 +16,24 @@ from bkfast._writecache import (
     PUT_ENTRIES_DONE,
     PUT_ENTRIES_MALFORMED,
     PUT_ENTRIES_NO_ROOM,
-    RUN_ENTRIES,
     SEGMENT_BYTES,
     SegmentPool,
     WriteCacheHalf,
     put_entries,
 )
+from bkfast.dbstorage._flushslices import FlushSlices
 
 SCOPED = (7 << 64) | 3                      # a 128-bit ledger: scope 7, ledger 3
 
 
+def _runs(half: WriteCacheHalf, max_entries: int = 1 << 30) -> list[tuple[int, list[int], list[memoryview]]]:
+    """(ledger key, entry ids, their bytes) per ledger of each flush slice, in flush order."""
+    return [((scope << 64) | ledger, ids, views) for piece in FlushSlices(half, max_entries, 1 << 40)
+            for scope, ledger, ids, views in piece.runs()]
+
+
 def _flat(half: WriteCacheHalf) -> list[tuple[int, int, bytes]]:
-    return [(key, entry_id, bytes(view)) for key, ids, views in half.sorted_runs()
+    return [(key, entry_id, bytes(view)) for key, ids, views in _runs(half)
             for entry_id, view in zip(ids, views, strict=True)]
 
 
@@ -77,26 +84,27 @@ def test_try_put_refuses_past_the_limit_and_stores_nothing():
 
 def test_runs_come_by_scope_then_ledger_then_entry_and_a_long_ledger_in_consecutive_runs():
     half = WriteCacheHalf()
-    n = RUN_ENTRIES * 2 + 5
+    slice_entries = 1024
+    n = slice_entries * 2 + 5
     for entry_id in reversed(range(n)):
         half.put(5, entry_id, entry_id.to_bytes(4, "big"))
     for key in (SCOPED, (2 << 64) | 9, 2**64 - 1, 4):
         half.put(key, 0, b"x")
-    runs = list(half.sorted_runs())
+    runs = _runs(half, slice_entries)
     assert [k for k, _, _ in runs] == [4, 5, 5, 5, 2**64 - 1, (2 << 64) | 9, SCOPED]
     long = [r for r in runs if r[0] == 5]
-    assert [len(ids) for _, ids, _ in long] == [RUN_ENTRIES, RUN_ENTRIES, 5]
+    assert [len(ids) for _, ids, _ in long] == [slice_entries - 1, slice_entries, 6]
     ids = [i for _, chunk, _ in long for i in chunk]
     assert ids == list(range(n))
     assert all(bytes(v) == i.to_bytes(4, "big") for _, chunk, views in long for i, v in zip(chunk, views, strict=True))
 
 
-def test_flush_views_are_read_only_and_keep_the_bytes_alive_after_the_half_is_dropped():
+def test_flush_slices_are_read_only_copies_that_outlive_the_half():
     half = WriteCacheHalf()
     payloads = {e: random.Random(e).randbytes(700) for e in range(3000)}    # several 1 MiB segments
     for e, data in payloads.items():
         half.put(11, e, data)
-    views = [v for _, _, chunk in half.sorted_runs() for v in chunk]
+    views = [v for _, _, chunk in _runs(half) for v in chunk]
     del half
     gc.collect()
     assert [bytes(v) for v in views] == [payloads[e] for e in range(3000)]
@@ -147,13 +155,11 @@ def test_a_dropped_half_hands_its_segments_to_the_pool_and_the_next_half_takes_t
     for entry_id in range(4 * SEGMENT_BYTES // 1000):          # 4 full segments, and one big entry of its own
         half.put(1, entry_id, bytes(1000))
     half.put(2, 0, bytes(SEGMENT_BYTES))
-    views = [v for _, _, chunk in half.sorted_runs() for v in chunk]
+    views = [v for _, _, chunk in _runs(half) for v in chunk]
     del half
     gc.collect()
-    assert pool.kept == 0                                      # the views keep the half (and its segments)
-    del views
-    gc.collect()
-    assert pool.kept == 3                                      # at most max_segments kept; the big one freed
+    assert pool.kept == 3, "flush slices are copies: the half's segments go back at once (at most max_segments)"
+    assert bytes(views[-1]) == bytes(SEGMENT_BYTES)
     again = WriteCacheHalf(pool)
     again.put(1, 0, b"reused")
     assert (pool.kept, again.get(1, 0)) == (2, b"reused")
