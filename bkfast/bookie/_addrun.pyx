@@ -345,17 +345,17 @@ cdef class AddRun(AddSink):
                 (<WriteCacheHalf>PyList_GET_ITEM(self._halves, d)).unlock_c()
 
     cdef int _grow_lac_moved(self) except -1:
-        cdef Py_ssize_t capacity = 2 * self._lac_moved_capacity if self._lac_moved_capacity else 16
-        cdef Py_ssize_t *grown = <Py_ssize_t *>PyMem_Realloc(self._lac_moved, capacity * sizeof(Py_ssize_t))
-        if grown == NULL:
-            raise MemoryError()
-        self._lac_moved, self._lac_moved_capacity = grown, capacity
-        return 0
+        return grow_array(<void **>&self._lac_moved, &self._lac_moved_capacity, sizeof(Py_ssize_t), 16)
 
     cdef int _grow(self, Share *share) except -1:
-        cdef Py_ssize_t capacity = 2 * share.capacity if share.capacity else 256
-        cdef TakenAdd *grown = <TakenAdd *>PyMem_Realloc(share.taken, capacity * sizeof(TakenAdd))
-        if grown == NULL:
-            raise MemoryError()
-        share.taken, share.capacity = grown, capacity
-        return 0
+        return grow_array(<void **>&share.taken, &share.capacity, sizeof(TakenAdd), 256)
+
+
+cdef int grow_array(void **items, Py_ssize_t *capacity, size_t item_size, Py_ssize_t first) except -1:
+    """Double a PyMem array of `capacity` items (`first` items when it has none yet)."""
+    cdef Py_ssize_t wanted = 2 * capacity[0] if capacity[0] else first
+    cdef void *grown = PyMem_Realloc(items[0], wanted * item_size)
+    if grown == NULL:
+        raise MemoryError()
+    items[0], capacity[0] = grown, wanted
+    return 0
