@@ -8,8 +8,11 @@ allows), the accounting of what it took (in-flight adds, WRITE_THREAD_QUEUED_LAT
 batch path records them), and the answers, built from the run's packed ids in one call per journal share
 once it is durable.
 
-Must never: let a run take an add behind a frame the connection holds (order), or leave a run open (it
-holds the Bookie's locks: closed in a `finally`).
+Must never: let a run take an add behind a frame the connection holds (order), nor, with several
+journals, while a general-path batch of the connection is not answered yet: that batch is answered once
+its last journal is durable, and a run's share on another of its journals could be answered first, ahead
+of earlier entries of the same ledgers. Nor leave a run open (it holds the Bookie's locks: closed in a
+`finally`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def split_taking_adds(conn, data) -> list:
     """The frames of a socket read after the plain adds the Bookie's add run took on the way (stored and
     journaled); their answers go out from their journals' completions."""
     runs = conn.factory.add_runs
-    if runs is None or conn.gate is not None or conn.held or conn.blocked:
+    if (runs is None or conn.gate is not None or conn.held or conn.blocked
+            or (conn.add_batches_in_flight and runs.spans_journals)):
         return conn.splitter.feed(data)
     factory = conn.factory
     limit = factory.max_pending_adds

@@ -478,3 +478,32 @@ def test_a_v3_long_poll_is_answered_by_adds_a_run_takes_on_another_connection(tm
         assert answer.header.txnId == 77 and answer.status == pb.EOK
         assert answer.readResponse.maxLAC == 7
         assert answer.readResponse.entryId == 3 and answer.readResponse.body == _add(41, 3)[28:]
+
+
+def test_with_two_journals_no_run_opens_while_a_general_batch_of_the_connection_is_unanswered(tmp_path):
+    """A general-path batch spanning both journals is answered once its last journal is durable; a run's
+    share on one journal could be answered before it, ahead of earlier entries of the same ledger. So while
+    such a batch of the connection is unanswered, its reads go to the general path, and each ledger's answers
+    come in entry order; once it is answered, runs open again."""
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path, journalDirectories=[str(tmp_path / "j0"), str(tmp_path / "j1")])
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        server = _Server(bookie, conf, dispatcher)
+        run = bookie.fast_adds.run
+        assert bookie.fast_adds.spans_journals
+        server.send(_add(2, 0) + _add(3, 0))                        # admits 2 (journal 0) and 3 (journal 1)
+        server.proto.dataReceived(_add(4, 0) + _add(5, 0))         # new ledgers: a general batch on both
+        assert server.proto.add_batches_in_flight == 1
+        server.proto.dataReceived(b"".join(_add(2, e) + _add(3, e) for e in range(1, 6)))
+        assert run.count == 0, "the connection's general batch is unanswered: no run"
+        assert server.proto.add_batches_in_flight == 2
+        dispatcher.drain(lambda: server.factory.pending_adds == 0)
+        server.clock.advance(0)
+        answers = _responses(server.transport.value())
+        server.transport.clear()
+        assert all(r.rc == V2Rc.EOK for r in answers)
+        for ledger, entries in ((2, range(1, 6)), (3, range(1, 6)), (4, [0]), (5, [0])):
+            assert [r.entry_id for r in answers if r.ledger_id == ledger] == list(entries)
+        assert server.proto.add_batches_in_flight == 0
+        assert [r.rc for r in server.send(_add(2, 6) + _add(3, 6))] == [V2Rc.EOK, V2Rc.EOK]
+        assert run.count == 2, "answered: runs open again"
