@@ -19,6 +19,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 MASTER_KEY_BYTES = 20
+TAKEN_ADD_BYTES = sizeof(TakenAdd)      # one taken add's packed ids in a run's answers
 
 
 cdef class AddSink:

@@ -15,7 +15,8 @@ Why one nogil block: with a CPU-bound Python thread running, every GIL re-acquis
 switch interval (5 ms), so write + sync of a batch must cost at most one (see notes/dependencies.md §1).
 """
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+cimport cython
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_FillInfo, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
@@ -29,7 +30,7 @@ from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pwrite, fdatasync
 
-from bkfast._bigendian cimport get_i32, get_u64, put_u32
+from bkfast._bigendian cimport get_i32, get_u32, get_u64, put_u32
 
 cdef extern from "stdlib.h" nogil:
     int posix_memalign(void **memptr, size_t alignment, size_t size)
@@ -153,6 +154,61 @@ cdef int write_all(int fd, iovec *iov, Py_ssize_t count, int64_t offset) noexcep
     return 0
 
 
+@cython.final
+@cython.no_gc               # it refers to a bytes object only: never in a cycle, and making one starts no collection
+cdef class FramedRecords:
+    """`count` journal records already framed as a batch holds them (`int len | record` each, back to
+    back), `nbytes` bytes at `offset` of `owner`: one object for many records (the add run's records of one
+    journal), which the writer copies as they are. Checked on creation: every length 1..2^31-1, the
+    lengths adding up to `nbytes`. len() is its bytes, length fields included."""
+
+    cdef readonly bytes owner
+    cdef readonly Py_ssize_t offset
+    cdef readonly Py_ssize_t nbytes
+    cdef readonly Py_ssize_t count
+
+    def __cinit__(self, bytes owner, Py_ssize_t offset, Py_ssize_t nbytes):
+        cdef const uint8_t *p
+        cdef Py_ssize_t at = 0, count = 0
+        cdef uint32_t ln
+        if offset < 0 or nbytes <= 0 or offset + nbytes > PyBytes_GET_SIZE(owner):
+            raise ValueError(f"framed records of {nbytes} bytes at {offset} do not fit {PyBytes_GET_SIZE(owner)} bytes")
+        p = <const uint8_t*>PyBytes_AS_STRING(owner) + offset
+        while at < nbytes:
+            if nbytes - at < 4:
+                raise ValueError(f"framed records: a length field cut at byte {at} of {nbytes}")
+            ln = get_u32(p + at)
+            if ln == 0 or ln > INT32_MAX_LEN or <Py_ssize_t>ln > nbytes - at - 4:
+                raise ValueError(f"framed record {count} at byte {at} has length {ln}: not 1..{nbytes - at - 4}")
+            at += 4 + ln
+            count += 1
+        self.owner, self.offset, self.nbytes, self.count = owner, offset, nbytes, count
+
+    cdef inline const uint8_t *start(self):
+        return <const uint8_t*>PyBytes_AS_STRING(self.owner) + self.offset
+
+    def __len__(self):
+        return self.nbytes
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.start(), self.nbytes, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def records(self):
+        """Each record's bytes, in order (their length fields stripped)."""
+        cdef const uint8_t *p = self.start()
+        cdef Py_ssize_t at = 0
+        cdef uint32_t ln
+        out = []
+        while at < self.nbytes:
+            ln = get_u32(p + at)
+            out.append(PyBytes_FromStringAndSize(<const char*>p + at + 4, ln))
+            at += 4 + ln
+        return out
+
+
 cdef class JournalWriter:
     """Appends batches of records to one open journal file descriptor.
 
@@ -192,6 +248,7 @@ cdef class JournalWriter:
     cdef Py_ssize_t stage_cap
     cdef const uint8_t **ptrs
     cdef Py_ssize_t *lens
+    cdef uint8_t *framed             # per record of the batch: already framed (FramedRecords), no length field
     cdef Py_ssize_t rec_cap
     cdef Py_buffer *views
     cdef Py_ssize_t view_cap
@@ -225,6 +282,7 @@ cdef class JournalWriter:
         PyMem_Free(self.stage)
         PyMem_Free(self.ptrs)
         PyMem_Free(self.lens)
+        PyMem_Free(self.framed)
         PyMem_Free(self.views)
         PyMem_Free(self.iov)
 
@@ -233,6 +291,7 @@ cdef class JournalWriter:
         if records > self.rec_cap:
             self.ptrs = <const uint8_t**>grown(<void*>self.ptrs, records * sizeof(uint8_t*))
             self.lens = <Py_ssize_t*>grown(self.lens, records * sizeof(Py_ssize_t))
+            self.framed = <uint8_t*>grown(self.framed, records * sizeof(uint8_t))
             self.rec_cap = records
         if views > self.view_cap:
             self.views = <Py_buffer*>grown(self.views, views * sizeof(Py_buffer))
@@ -343,6 +402,11 @@ cdef class JournalWriter:
             ln = self.lens[i]
             if ln < 0:
                 continue
+            if self.framed[i]:
+                err = self.dput(self.ptrs[i], ln)
+                if err:
+                    return err
+                continue
             put_u32(head, <uint32_t>ln)
             err = self.dput(head, 4)
             if err == 0:
@@ -375,10 +439,24 @@ cdef class JournalWriter:
         cdef Py_ssize_t i, ln
         cdef int64_t total = 0
         cdef object obj
+        cdef FramedRecords run
         for i in range(PyList_GET_SIZE(records)):
             obj = <object>PyList_GET_ITEM(records, i)
+            self.framed[i] = False
             if obj is None:
                 self.lens[i] = -1
+                continue
+            if type(obj) is FramedRecords:
+                run = <FramedRecords>obj
+                self.ptrs[i] = run.start()
+                self.lens[i] = ln = run.nbytes
+                self.framed[i] = True
+                nrec[0] += run.count
+                total += ln
+                if ln >= self.copy_below:
+                    nbig[0] += 1
+                else:
+                    stage_need[0] += ln
                 continue
             if PyBytes_CheckExact(obj):
                 self.ptrs[i] = <const uint8_t*>PyBytes_AS_STRING(obj)
@@ -411,6 +489,20 @@ cdef class JournalWriter:
         for i in range(n):
             ln = self.lens[i]
             if ln < 0:
+                continue
+            if self.framed[i]:
+                if ln >= self.copy_below:
+                    if s > seg:
+                        self.iov[k].iov_base = st + seg
+                        self.iov[k].iov_len = <size_t>(s - seg)
+                        k += 1
+                    self.iov[k].iov_base = <void*>self.ptrs[i]
+                    self.iov[k].iov_len = <size_t>ln
+                    k += 1
+                    seg = s
+                else:
+                    memcpy(st + s, self.ptrs[i], ln)
+                    s += ln
                 continue
             put_u32(st + s, <uint32_t>ln)
             s += 4

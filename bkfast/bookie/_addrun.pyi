@@ -3,14 +3,11 @@
 from collections.abc import Callable
 
 from bkfast._addsink import AddSink
+from bkfast._journal import FramedRecords
+from bkfast._stats import OpStats
 from bkfast._writecache import WriteCacheHalf
 
 TABLE_SLOTS: int
-
-class RecordSlice:
-    def __len__(self) -> int: ...
-    def __bytes__(self) -> bytes: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
 
 class AddRun(AddSink):
     journals: int
@@ -29,5 +26,6 @@ class AddRun(AddSink):
     def open(self, halves: list[WriteCacheHalf], half_limits: list[int], journal_rooms: list[int],
              limit: int) -> None: ...
     # ([(journal, its records, packed TakenAdd ids, bytes)], [adds per directory], [(watched ledger, its LAC)])
-    def close(self) -> tuple[list[tuple[int, list[RecordSlice], bytes, int]], list[int],
+    def close(self) -> tuple[list[tuple[int, list[FramedRecords], bytes, int]], list[int],
                              list[tuple[int, int]]] | None: ...
+    def record_lengths(self, pieces: list[FramedRecords], stats: OpStats, ok: bool) -> None: ...

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The reactor's add fast path: the frame splitter hands each plain ADD of a socket read (v2 or v3) straight to
-`AddRun.take_c`, which admits it against a C table, copies it into the write cache and lists it for the
-journal, with no Python object but its journal record.
+`AddRun.take_c`, which admits it against a C table, copies it into the write cache and frames it for the
+journal, with no Python object per add.
 
 Why: per add, the general path made a frame, an entry, a tuple of its flags, a tuple of its ids and two
 ints, then admitted it through Python lists (~0.6 us of the reactor's ~1.2 us per add). The table holds
@@ -10,7 +10,10 @@ not fenced), so an add to such a ledger with the same key needs no other check.
 
 Owns: the table of admitted ledgers (`TABLE_SLOTS` slots, direct-mapped by ledger id: a collision only
 sends the ledger's next add through the general path, which admits it again), and one run at a time: what
-it took, per journal (records and ids for the answers) and per ledger directory (counts).
+it took, per journal (ids for the answers, and its records framed as a journal batch holds them, `int len |
+entry`, in 256 KiB segments of that journal: each run's records become one FramedRecords of
+bkfast._journal per segment they fill, which the journal writes as they are) and per ledger directory
+(counts).
 
 A ledger whose LAC a reader tracks (bkfast.bookie.lac) is `watched` in its slot: its taken adds report the
 highest LAC piggy-backed on them, which the Bookie advances (and so wakes the ledger's long-poll readers)
@@ -19,13 +22,13 @@ when the run closes, as the general path does after its store.
 Must never: take an add the general path would refuse. So the table is filled only by the general path's
 admission (FastAdds.note_admitted), and emptied of a ledger before anything can change its verdict: a fence
 (under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only (that
-stops the fast path: the Bookie opens no run). Nor take an add it cannot journal: a run takes at most the room each journal's queue has left and the adds the server
-still accepts. Everything here runs with the GIL held (the reactor; forget() from the GC thread), which is
+stops the fast path: the Bookie opens no run). Nor take an add it cannot journal: a run takes at most the
+room each journal's queue has left and the adds the server still accepts. Everything here runs with the GIL held (the reactor; forget() from the GC thread), which is
 what makes the table's updates atomic with respect to take_c.
 """
 
 cimport cython
-from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Realloc
@@ -33,14 +36,18 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from bkfast._addsink cimport AddSink, TakenAdd
+from bkfast._bigendian cimport get_u32, put_u32
 from bkfast._entryheader cimport peek_lac
+from bkfast._stats cimport OpStats
 from bkfast._writecache cimport PUT_OK, WriteCacheHalf
 
-__all__ = ["AddRun", "RecordSlice", "TABLE_SLOTS"]
+from bkfast._journal import FramedRecords
+
+__all__ = ["AddRun", "TABLE_SLOTS"]
 
 cdef enum:
     KEY_BYTES = 20
-    C_SEGMENT_BYTES = 256 * 1024     # a run's records are copied into segments of this size
+    C_SEGMENT_BYTES = 256 * 1024     # a journal's records are framed into segments of this size
     SLOT_BITS = 12
     C_TABLE_SLOTS = 1 << SLOT_BITS
     NO_LEDGER = -1
@@ -59,43 +66,14 @@ cdef struct Admitted:
     uint8_t key[KEY_BYTES]
 
 
-cdef struct Share:                  # one journal's part of a run: the answers' ids
+cdef struct Share:                  # one journal's part of a run: the answers' ids, where its records are
     TakenAdd *taken
     Py_ssize_t count
     Py_ssize_t capacity
     Py_ssize_t room                 # how many more adds its queue takes in this run
     Py_ssize_t nbytes               # the entries' bytes
-
-
-@cython.no_gc
-@cython.freelist(16384)                 # slices kept for reuse: more than a busy bookie has in flight
-cdef class RecordSlice:
-    """A taken add's journal record: its bytes in a segment shared with the run's other records, which it
-    keeps alive. The journal writer reads it through the buffer protocol.
-
-    Why not a bytes object per record: a 1 KiB bytes is a malloc on the reactor that the journal thread
-    frees, and glibc then serves every such malloc from its slow path (~15% of the reactor's time per
-    add, measured with perf); a slice is a small object of Python's own allocator. Not tracked by the
-    cycle collector (it refers only to a bytes object, so it is never part of a cycle): ~230 slices per
-    socket read would otherwise start a generation-0 collection every few reads (~0.1 us per add). Freed
-    slices wait on a free list for the next run (no trip through the allocator, which took ~10% of the
-    reactor's time with the journal thread freeing them in bursts)."""
-
-    cdef bytes _segment
-    cdef Py_ssize_t _offset
-    cdef Py_ssize_t _length
-
-    def __len__(self):
-        return self._length
-
-    def __bytes__(self):
-        return PyBytes_FromStringAndSize(PyBytes_AS_STRING(self._segment) + self._offset, self._length)
-
-    def __getbuffer__(self, Py_buffer *view, int flags):
-        PyBuffer_FillInfo(view, self, PyBytes_AS_STRING(self._segment) + self._offset, self._length, 1, flags)
-
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
+    Py_ssize_t segment_used         # bytes of the journal's current segment in use
+    Py_ssize_t piece_start          # where the run's records in that segment begin
 
 
 cdef inline Py_ssize_t slot_of(int64_t ledger_id) noexcept nogil:
@@ -118,10 +96,9 @@ cdef class AddRun(AddSink):
     cdef Py_ssize_t *_lac_moved      # the watched slots the run in progress took adds of
     cdef Py_ssize_t _lac_moved_count
     cdef Py_ssize_t _lac_moved_capacity
-    cdef list _records               # per journal: the entries taken (the journal records), in order
+    cdef list _segments              # per journal: the bytes its records are framed into (or None)
+    cdef list _pieces                # per journal: its run's records in full segments (FramedRecords)
     cdef Py_ssize_t _limit
-    cdef bytes _segment              # where taken entries' journal records are copied, back to back
-    cdef Py_ssize_t _segment_used
     cdef object _opener              # opener(limit) -> bool: opens the armed run at its first add
     cdef Py_ssize_t _armed_limit     # > 0: armed (the limit to open with)
     cdef readonly Py_ssize_t count          # adds taken by the run in progress (or the last one)
@@ -232,17 +209,19 @@ cdef class AddRun(AddSink):
             self._shares[i].count = self._shares[i].nbytes = 0
             self._shares[i].room = journal_rooms[i]
         self._halves = halves
-        self._records = [[] for _ in range(self.journals)]
+        if self._segments is None:
+            self._segments = [None] * self.journals
+        self._pieces = [[] for _ in range(self.journals)]
         self._lac_moved_count = 0
         self._limit = limit
         self.count = self.taken_bytes = 0
         self._open = True
 
     def close(self):
-        """End the run (or disarm it): ([(journal, its records, its answers' ids as packed TakenAdd, its
-        records' bytes)] for each journal that took adds, [adds stored per directory], [(ledger, the highest
-        LAC its taken adds carried)] for watched ledgers); None when it never opened. The caller releases
-        the halves after this."""
+        """End the run (or disarm it): ([(journal, its records as FramedRecords, its answers' ids as packed
+        TakenAdd, its entries' bytes)] for each journal that took adds, [adds stored per directory],
+        [(ledger, the highest LAC its taken adds carried)] for watched ledgers); None when it never opened.
+        The caller releases the halves after this."""
         cdef int j
         cdef Py_ssize_t i
         cdef Admitted *slot
@@ -256,11 +235,12 @@ cdef class AddRun(AddSink):
         self._halves = None
         for j in range(self.journals):
             if self._shares[j].count:
-                shares.append((j, self._records[j],
+                self._close_piece(j)
+                shares.append((j, self._pieces[j],
                                PyBytes_FromStringAndSize(<const char *>self._shares[j].taken,
                                                          self._shares[j].count * sizeof(TakenAdd)),
                                self._shares[j].nbytes))
-        self._records = None
+        self._pieces = None
         for i in range(self._lac_moved_count):
             slot = &self._table[self._lac_moved[i]]
             lacs.append((slot.ledger_id, slot.run_lac))
@@ -274,7 +254,7 @@ cdef class AddRun(AddSink):
         cdef Share *share
         cdef WriteCacheHalf half
         cdef TakenAdd *taken
-        cdef RecordSlice record
+        cdef uint8_t *record
         cdef int64_t lac = NO_LAC
         if not self._open and not self._open_armed():
             return 0
@@ -293,12 +273,8 @@ cdef class AddRun(AddSink):
                 self._grow_lac_moved()
         if share.count == share.capacity:
             self._grow(share)
-        # The record first: if it cannot be made, nothing was stored.
-        if self._segment is None or self._segment_used + length > PyBytes_GET_SIZE(self._segment):
-            self._segment = PyBytes_FromStringAndSize(NULL, length if length > C_SEGMENT_BYTES else C_SEGMENT_BYTES)
-            self._segment_used = 0
-        record = RecordSlice.__new__(RecordSlice)
-        record._segment, record._offset, record._length = self._segment, self._segment_used, length
+        # The record's room first: if it cannot be made, nothing was stored.
+        record = self._record_room(slot.journal, share, 4 + length)
         half = <WriteCacheHalf>PyList_GET_ITEM(self._halves, slot.directory)
         if not self._locked[slot.directory]:
             half.lock_c()
@@ -306,9 +282,9 @@ cdef class AddRun(AddSink):
         if half._put_locked(0, <uint64_t>ledger_id, entry_id, entry, <uint32_t>length,
                       self._half_limits[slot.directory]) != PUT_OK:
             return 0
-        memcpy(PyBytes_AS_STRING(self._segment) + self._segment_used, entry, length)
-        self._segment_used += length
-        (<list>PyList_GET_ITEM(self._records, slot.journal)).append(record)
+        put_u32(record, <uint32_t>length)
+        memcpy(record + 4, entry, length)
+        share.segment_used += 4 + length
         taken = &share.taken[share.count]
         taken.ledger_id, taken.entry_id, taken.tag = ledger_id, entry_id, tag
         share.count += 1
@@ -323,6 +299,51 @@ cdef class AddRun(AddSink):
         self.count += 1
         self.taken_bytes += length
         return 1
+
+    cdef uint8_t *_record_room(self, int journal, Share *share, Py_ssize_t framed) except NULL:
+        # Where journal `journal`'s next framed record goes: its current segment, or a new one (the run's
+        # records in the full one become a FramedRecords piece). No Python code but allocations runs
+        # here, so it is safe with a half's mutex held: FramedRecords is not tracked by the cycle
+        # collector, so making one never starts a collection.
+        segment = <object>PyList_GET_ITEM(self._segments, journal)
+        if segment is None or share.segment_used + framed > PyBytes_GET_SIZE(segment):
+            self._close_piece(journal)
+            segment = PyBytes_FromStringAndSize(NULL, framed if framed > C_SEGMENT_BYTES else C_SEGMENT_BYTES)
+            self._segments[journal] = segment
+            share.segment_used = share.piece_start = 0
+        return <uint8_t *>PyBytes_AS_STRING(segment) + share.segment_used
+
+    cdef int _close_piece(self, int journal) except -1:
+        # The run's records in journal `journal`'s current segment become one FramedRecords.
+        cdef Share *share = &self._shares[journal]
+        segment = <object>PyList_GET_ITEM(self._segments, journal)
+        if segment is not None and share.segment_used > share.piece_start:
+            (<list>PyList_GET_ITEM(self._pieces, journal)).append(
+                FramedRecords(segment, share.piece_start, share.segment_used - share.piece_start))
+            share.piece_start = share.segment_used
+        return 0
+
+    def record_lengths(self, list pieces, OpStats stats, bint ok):
+        """Record each entry's length of these FramedRecords pieces in `stats` (ok or failed)."""
+        cdef Py_buffer view
+        cdef const uint8_t *p
+        cdef Py_ssize_t at
+        cdef uint32_t length
+        if not stats.enabled:
+            return
+        for piece in pieces:
+            PyObject_GetBuffer(piece, &view, PyBUF_SIMPLE)
+            try:
+                p, at = <const uint8_t *>view.buf, 0
+                while at + 4 <= view.len:
+                    length = get_u32(p + at)
+                    if ok:
+                        stats.record_ok(<double>length)
+                    else:
+                        stats.record_fail(<double>length)
+                    at += 4 + length
+            finally:
+                PyBuffer_Release(&view)
 
     cdef bint _open_armed(self) except -1:
         # The first add of an armed feed: the opener takes the locks and opens the run (no half's mutex is

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from bkfast._addsink import MASTER_KEY_BYTES
+from bkfast._addsink import MASTER_KEY_BYTES, TAKEN_ADD_BYTES
 from bkfast._stats import now_ns
 from bkfast.bookie._addrun import AddRun
 from bkfast.bookie.journals import JournalSet, journal_index
@@ -142,21 +142,23 @@ class FastAdds:
         self._storage.record_adds(each)
         journals = self._journals
         refused = []
-        for journal, records, taken, nbytes in shares:
+        run = self.run
+        assert run is not None
+        for journal, pieces, taken, nbytes in shares:
+            adds = len(taken) // TAKEN_ADD_BYTES
             try:
-                journals[journal].log_records(records, partial(_share_done, answer, taken, len(records)), nbytes=nbytes)
+                journals[journal].log_framed(pieces, partial(_share_done, answer, taken, adds))
             except BKError as error:
                 # Nothing of this share was queued: its adds fail (they stay in ledger storage
                 # unacknowledged, as Bookie.add_entries leaves them).
-                log.error("journal %d refused %d adds: %s", journal, len(records), error)
-                stats.add_entry.fail_ns_many(len(records), each)
-                for record in records:
-                    stats.add_entry_bytes.fail_value(len(record))
-                refused.append((error, taken, len(records)))
-                count -= len(records)
+                log.error("journal %d refused %d adds: %s", journal, adds, error)
+                stats.add_entry.fail_ns_many(adds, each)
+                run.record_lengths(pieces, stats.add_entry_bytes, False)
+                refused.append((error, taken, adds))
+                count -= adds
                 taken_bytes -= nbytes
                 continue
-            stats.add_entry_bytes.ok_lengths(records)
+            run.record_lengths(pieces, stats.add_entry_bytes, True)
         if count:
             stats.add_entry.ok_ns_many(count, each)
             stats.write_bytes.add(taken_bytes)

@@ -210,6 +210,7 @@ class Journal:
         self._enq_t: list[int] = []
         self._enq_n: list[int] = []
         self._force_t: list[int] = []
+        self._nrecs = 0              # records (and force markers) pending: a FramedRecords item holds many
 
     # --- public API -----------------------------------------------------------------------------------
     @property
@@ -229,7 +230,7 @@ class Journal:
     @property
     def queue_length(self) -> int:
         """Records (and force markers) queued and not yet taken by the journal thread."""
-        return len(self._toks)
+        return self._nrecs
 
     def start(self) -> None:
         """Open a new journal file (id = newest + 1, or now in ms + 1) and start the journal thread."""
@@ -264,6 +265,7 @@ class Journal:
             self._enq_t.append(t)
             self._enq_n.append(1)
             self._queued.inc()
+            self._nrecs += 1
             n = len(recs)
             if ack_before_sync:
                 self._early.append(n - 1)
@@ -271,7 +273,7 @@ class Journal:
                 self._first_t = time.monotonic()
             self._bytes += 4 + size
             if self._consumer_waiting and (n == 1 or self._bytes > self._bytes_threshold
-                                           or n >= self._close_count):
+                                           or self._nrecs >= self._close_count):
                 self._wakeup.notify()
 
     def log_records(self, records: list, token, bounded: bool = True, nbytes: int | None = None) -> int:
@@ -292,27 +294,42 @@ class Journal:
                 raise ValueError("an empty journal record would read back as the end of the log")
             nbytes = sum(map(len, records))
         size = nbytes + 4 * n_new
+        self._enqueue(records, n_new, size, token, bounded)
+        return size
+
+    def log_framed(self, runs: list[_journal.FramedRecords], token, bounded: bool = True) -> int:
+        """log_records for records already framed (`int len | record` each: FramedRecords, one object for
+        many records, which the writer copies as they are); `token` completes once the last is durable.
+        Returns their bytes. Errors, blocking and `bounded` as log_record: on an error none was queued."""
+        if not runs:
+            raise ValueError("log_framed needs at least one run of records")
+        size = sum(run.nbytes for run in runs)
+        self._enqueue(runs, sum(run.count for run in runs), size, token, bounded)
+        return size
+
+    def _enqueue(self, items: list, n_new: int, size: int, token, bounded: bool) -> None:
+        """Queue `items` (records, or FramedRecords) holding `n_new` records of `size` bytes with their
+        length fields, in order under one lock hold; `token` goes with the last item."""
         t = now_ns()
         with self._lock:
             self._admit(bounded, n_new)
             recs = self._recs
             first = not recs
-            recs.extend(records)
+            recs.extend(items)
             toks = self._toks
-            if n_new > 1:
-                toks.extend([None] * (n_new - 1))
+            if len(items) > 1:
+                toks.extend([None] * (len(items) - 1))
             toks.append(token)
             self._enq_t.append(t)
             self._enq_n.append(n_new)
             self._queued.add(n_new)
-            n = len(recs)
+            self._nrecs += n_new
             if first:
                 self._first_t = time.monotonic()
             self._bytes += size
             if self._consumer_waiting and (first or self._bytes > self._bytes_threshold
-                                           or n >= self._close_count):
+                                           or self._nrecs >= self._close_count):
                 self._wakeup.notify()
-        return size
 
     def force(self, token) -> None:
         """Complete `token` once every record queued before it is durable (FORCE_LEDGER; never written).
@@ -325,11 +342,12 @@ class Journal:
             self._toks.append(token)
             self._force_t.append(t)
             self._queued.inc()
+            self._nrecs += 1
             n = len(recs)
             self._forces.append(n - 1)
             if n == 1:
                 self._first_t = time.monotonic()
-            if self._consumer_waiting and (n == 1 or n >= self._close_count):
+            if self._consumer_waiting and (n == 1 or self._nrecs >= self._close_count):
                 self._wakeup.notify()
 
     def stop(self) -> None:
@@ -361,11 +379,13 @@ class Journal:
         with self._lock:
             recs, self._failed_recs, self._cut = self._failed_recs, [], None
             self._recs, self._toks, self._early, self._forces = recs, [None] * len(recs), [], []
+            records = sum(r.count if type(r) is _journal.FramedRecords else 1 for r in recs)
             now = now_ns()
-            self._enq_t, self._enq_n, self._force_t = ([now], [len(recs)], []) if recs else ([], [], [])
-            self._queued.add(len(recs))
-            self._bytes = sum(4 + len(r) for r in recs)
-            self._bounded = len(recs)
+            self._enq_t, self._enq_n, self._force_t = ([now], [records], []) if recs else ([], [], [])
+            self._queued.add(records)
+            self._nrecs = records
+            self._bytes = sum(len(r) if type(r) is _journal.FramedRecords else 4 + len(r) for r in recs)
+            self._bounded = records
             self._first_t = self._last_sync_t = time.monotonic()
             self._mark = LogMark(journal_id, writer.position)
             self._failure = None
@@ -374,7 +394,7 @@ class Journal:
         self._thread.start()
         log.warning("journal %s recovered: writing %s, where the %d records of the failed batch and queue "
                     "are journaled again first", self.journal_dir, os.path.basename(journal_path(
-                        self.journal_dir, journal_id)), len(recs))
+                        self.journal_dir, journal_id)), records)
 
     def _cut_at_mark(self) -> None:
         """Truncate the failed file where the failed batch began (or, failing elsewhere, at the durable
@@ -443,7 +463,7 @@ class Journal:
                 self._wakeup.wait(remaining)
                 self._consumer_waiting = False
             batch = JournalBatch(self._recs, self._toks, self._early, self._forces, self._enq_t, self._enq_n,
-                                 self._force_t, self._bytes, reason)
+                                 self._force_t, self._bytes, reason, self._nrecs)
             self._clear_pending()
             self._inflight_bytes, self._bytes = self._bytes, 0
             self._bounded = 0
@@ -459,12 +479,11 @@ class Journal:
         """Why the pending batch closes now (lock held): MAX_OUTSTANDING (records or bytes over their
         threshold, or a full queue), EMPTY_QUEUE (flush when the queue is empty), MAX_WAIT (its oldest record
         waited journalMaxGroupWaitMSec), "stop"; None: it stays open (or there is none)."""
-        n = len(self._recs)
-        if not n:
+        if not self._recs:
             return None
         if self._state != _RUNNING:
             return "stop"
-        if n >= self._close_count or self._bytes > self._bytes_threshold:
+        if self._nrecs >= self._close_count or self._bytes > self._bytes_threshold:
             return MAX_OUTSTANDING
         if self._flush_when_empty:
             return EMPTY_QUEUE
@@ -541,7 +560,7 @@ class Journal:
             self._failed_recs = [r for r in recs if r is not None]      # recover() journals them again
             self._cut = LogMark(journal_id, start)                      # ... and cuts the file here
             self._fail(err, late_toks if acked_early else toks, f"batch at offset {start}")
-        records = len(recs) - len(forces)
+        records = batch.records - len(forces)
         self.batch_count += 1
         self.records_written += records
         self.bytes_written += writer.position - start
@@ -553,7 +572,7 @@ class Journal:
                 observer(elapsed)
             if elapsed >= SLOW_SYNC_LOG_S and log.isEnabledFor(logging.DEBUG):
                 log.debug("slow journal batch: %d records, %d bytes, write+fdatasync %.1f ms, done at "
-                          "monotonic %.4f", len(recs), writer.position - start, elapsed * 1e3,
+                          "monotonic %.4f", records, writer.position - start, elapsed * 1e3,
                           time.perf_counter())
         if early_toks and not acked_early:
             self._deliver(early_toks)
@@ -655,7 +674,7 @@ class Journal:
             self._state = _FAILED
             self._failed_recs.extend(r for r in self._recs if r is not None)
             rest = self._toks
-            self._queued.add(-len(self._recs))
+            self._queued.add(-self._nrecs)
             self._clear_pending()
             self._bytes = self._inflight_bytes = self._bounded = 0
             self._space.notify_all()

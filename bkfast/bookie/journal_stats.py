@@ -37,16 +37,19 @@ MAX_WAIT, MAX_OUTSTANDING, EMPTY_QUEUE = "max-wait", "max-outstanding", "empty-q
 
 
 class JournalBatch:
-    """A batch the journal thread took: records (None = force marker), tokens, indices of ack-before-sync
-    records and of force markers; for the stats, the enqueue groups (time, records), the force markers'
-    enqueue times, the records' bytes with length fields, why it closed and when it was taken."""
+    """A batch the journal thread took: records (None = force marker; a FramedRecords item holds several
+    records), tokens, indices of ack-before-sync records and of force markers; for the stats, the enqueue
+    groups (time, records), the force markers' enqueue times, the records' bytes with length fields, why it
+    closed, when it was taken, and how many records and force markers it holds."""
 
-    __slots__ = ("recs", "toks", "early", "forces", "enq_t", "enq_n", "force_t", "nbytes", "reason", "taken_ns")
+    __slots__ = ("recs", "toks", "early", "forces", "enq_t", "enq_n", "force_t", "nbytes", "reason", "taken_ns",
+                 "records")
 
-    def __init__(self, recs, toks, early, forces, enq_t, enq_n, force_t, nbytes, reason):
+    def __init__(self, recs, toks, early, forces, enq_t, enq_n, force_t, nbytes, reason, records):
         self.recs, self.toks, self.early, self.forces = recs, toks, early, forces
         self.enq_t, self.enq_n, self.force_t = enq_t, enq_n, force_t
         self.nbytes, self.reason = nbytes, reason
+        self.records = records
         self.taken_ns = now_ns()
 
 
@@ -79,7 +82,7 @@ class JournalStats:
 
     def taken(self, batch) -> None:
         """The journal thread took `batch` off the queue (at batch.taken_ns)."""
-        self.queue_size.add(-len(batch.recs))
+        self.queue_size.add(-batch.records)
         taken, latency = batch.taken_ns, self.queue_latency
         for t, n in zip(batch.enq_t, batch.enq_n, strict=True):
             latency.ok_ns_many(n, taken - t)

@@ -67,14 +67,42 @@ def test_add_run_takes_only_admitted_ledgers_with_their_key_and_stores_them():
     assert run.take(10, 1, 2, *_body(_add(10, 1)))
     shares, stored, lacs = run.close()
     assert stored == [1, 2] and lacs == [], "no ledger is watched: no LAC reported"
-    assert [(j, len(records), nbytes) for j, records, _, nbytes in shares] == \
+    assert [(j, sum(p.count for p in pieces), nbytes) for j, pieces, _, nbytes in shares] == \
         [(0, 2, 2 * len(entry)), (1, 1, len(entry))]
     assert list(TAKEN.iter_unpack(shares[0][2])) == [(10, 0, 2), (10, 1, 2)]
     assert list(TAKEN.iter_unpack(shares[1][2])) == [(11, 0, 1)]
-    assert bytes(shares[0][1][0]) == entry, "the journal record is the entry as received"
-    assert memoryview(shares[0][1][1]) == _body(_add(10, 1))[1]
+    (piece,) = shares[0][1]
+    assert piece.records() == [entry, _body(_add(10, 1))[1]], "the journal records are the entries as received"
+    assert bytes(memoryview(piece)) == b"".join(len(r).to_bytes(4, "big") + r for r in piece.records()), \
+        "framed as a journal batch holds them"
     assert halves[1].get(10, 0) == entry and halves[0].get(11, 0) == _body(_add(11, 0))[1]
     assert run.count == 3 and run.taken_bytes == 3 * len(entry)
+
+
+def test_a_journals_records_are_framed_in_segments_and_each_run_gets_its_own_pieces():
+    """Records fill a journal's 256 KiB segment across runs; a run whose records pass the end of one goes on
+    in a new segment (two pieces); an entry larger than a segment gets one of its own size."""
+    run, halves, start = _run(half_limit=1 << 40)
+    run.admit(10, KEY, 0, 0)
+    payload = b"y" * 60_000
+    frames = [_body(_add(10, e, payload=payload)) for e in range(9)]
+    start()
+    for e in range(3):
+        assert run.take(10, e, 2, *frames[e])
+    (first,) = run.close()[0][0][1]
+    start()
+    for e in range(3, 9):
+        assert run.take(10, e, 2, *frames[e])
+    pieces = run.close()[0][0][1]
+    assert [p.count for p in pieces] == [1, 4, 1], "4 of these records fit a segment: the first had room for one"
+    assert pieces[0].owner is first.owner and pieces[0].offset == first.nbytes, "the next run goes on after it"
+    assert pieces[1].owner is not pieces[0].owner and pieces[2].owner is not pieces[1].owner
+    assert [r for p in pieces for r in p.records()] == [f[1] for f in frames[3:]]
+    start()
+    big = _body(_add(10, 9, payload=b"z" * 300_000))
+    assert run.take(10, 9, 2, *big)
+    (piece,) = run.close()[0][0][1]
+    assert piece.records() == [big[1]] and len(piece.owner) == 4 + len(big[1])
 
 
 def test_add_run_forgets_fenced_ledgers_and_keeps_within_its_limits():

@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 from click.testing import CliRunner
 
+from bkfast import _journal as _jr
 from bkfast.bookie import journal as jm
 from bkfast.cli.main import main
 from bkfast.conf import ServerConfiguration
@@ -518,3 +520,92 @@ def test_log_records_refuses_an_empty_record_and_queues_none_of_the_batch(tmp_pa
         assert sink.tokens == [None, "later"]             # one token per record, the batch's on its last
     finally:
         j.stop()
+
+
+# --- records already framed (the add run's FramedRecords) -----------------------------------------------
+
+
+def _framed(records: list[bytes]) -> bytes:
+    return b"".join(len(r).to_bytes(4, "big") + r for r in records)
+
+
+def test_framed_records_are_written_as_the_same_records_one_by_one(tmp_path, write_mode):
+    """Pieces of framed records (small ones staged, ones past the copy threshold written from their own
+    buffer) between plain records: the file holds exactly the records in queue order, each counted as a
+    record (records_written, queue_length, the queue-size gauge), and the token completes once, last."""
+    sizes = [100, 5000, 70_000, 17, 300, 200_000, 16]
+    records = [rec(i, s) for i, s in enumerate(sizes)]
+    owner = b"head" + _framed(records[1:4]) + _framed(records[4:6])
+    first = _jr.FramedRecords(owner, 4, len(_framed(records[1:4])))
+    second = _jr.FramedRecords(owner, 4 + first.nbytes, len(_framed(records[4:6])))
+    assert (first.count, second.count, first.records()) == (3, 2, records[1:4])
+    j, sink = open_journal(tmp_path, journalMaxGroupWaitMSec=200, journalFlushWhenQueueEmpty=False)
+    journal_id = j.current_journal_id
+    j.log_record(records[0], "plain")
+    assert j.log_framed([first, second], "framed") == len(owner) - 4
+    assert j.queue_length == 6, "a queued piece counts its records"
+    j.log_record(records[6], "after")
+    sink.wait_for(4)
+    assert sink.tokens == ["plain", None, "framed", "after"]
+    j.stop()
+    assert j.records_written == len(records)
+    assert j.stats.queue_size.get() == 0
+    assert [r for _, r in spec_read(journal_bytes(tmp_path, journal_id)).records] == records
+
+
+def test_framed_records_count_against_the_queue_and_are_refused_whole(tmp_path):
+    j, sink = open_journal(tmp_path, journalQueueSize=4, journalMaxGroupWaitMSec=200,
+                           journalFlushWhenQueueEmpty=False)
+    records = [rec(i) for i in range(3)]
+    piece = _jr.FramedRecords(_framed(records), 0, len(_framed(records)))
+    try:
+        assert j.room() == sys.maxsize
+        j.log_framed([piece], "three")
+        assert j.room() == 1, "three of the queue's four records"
+        with pytest.raises(ValueError):
+            j.log_framed([], "none")
+    finally:
+        j.stop()
+    with pytest.raises(BKBookieIOException):
+        j.log_framed([piece], "stopped")
+    assert sink.tokens == ["three"]
+
+
+def test_framed_records_refuse_a_framing_that_is_not_whole():
+    good = _framed([b"abc", b"x"])
+    for owner, offset, nbytes in [(good[:-1], 0, len(good) - 1), (b"\0\0\0\0", 0, 4), (good, 0, 3),
+                                  (good, 1, len(good) - 1), (good, 0, len(good) + 1), (good, 0, 0)]:
+        with pytest.raises(ValueError):
+            _jr.FramedRecords(owner, offset, nbytes)
+
+
+def test_recover_journals_a_failed_batchs_framed_records_again(tmp_path):
+    """A piece of framed records whose batch failed (pre-allocation past RLIMIT_FSIZE) is journaled again,
+    whole and counted as its records, in the new file recover() opens."""
+    j, sink = open_journal(tmp_path, journalPreAllocSizeMB=1)
+    first_id = j.current_journal_id
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(1.5 * MiB), old_limit[1]))
+    records = [rec(i, 100 * 1024) for i in range(12)]
+    try:
+        failed_at = None
+        for i in range(0, len(records), 2):
+            framed = _framed(records[i:i + 2])
+            j.log_framed([_jr.FramedRecords(framed, 0, len(framed))], i)
+            sink.wait_for(i // 2 + 1)
+            if sink.errors:
+                failed_at = i
+                break
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert failed_at is not None and sink.errors[0][0] == [failed_at]
+    j.recover()
+    j.stop()
+    assert j.records_written == failed_at + 2, "the piece's two records, counted as two, once"
+    assert j.current_journal_id != first_id
+    assert [r for _, r in spec_read(journal_bytes(tmp_path, first_id)).records] == records[:failed_at]
+    again = spec_read(journal_bytes(tmp_path, j.current_journal_id)).records
+    assert [r for _, r in again] == records[failed_at:failed_at + 2]
+    assert j.stats.queue_size.get() == 0
