@@ -4,10 +4,10 @@ handed them over.
 
 A run: `open` (the reactor, once per socket read) arms it; the read's first plain add opens it (_start),
 after checking that nothing would make the general path refuse an add the table admits (the bookie
-read-only), by taking the Bookie's ledger lock (so no fence comes
-between an add's check and its store) and each ledger directory's active write-cache half; the splitter
-offers the adds; `close` releases both and hands each journal its share of records with one completion,
-which the caller's `answer` turns into the responses once durable. A read with no add takes no lock.
+read-only), by taking the Bookie's ledger lock (so no fence comes between an add's check and its store)
+and each ledger directory's active write-cache half; the splitter offers the adds; `close` releases both
+and hands each journal its share of records (framed: FramedRecords) with one completion, which the
+caller's `answer` turns into the responses once durable. A read with no add takes no lock.
 A ledger whose LAC a reader tracks (bkfast.bookie.lac) is watched in the table: `close` advances its LAC
 to the highest its taken adds carried, which wakes its long-poll readers, as the general path does.
 
