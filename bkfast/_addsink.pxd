@@ -9,6 +9,13 @@ cdef class AddSink:
     cdef int take_c(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, const uint8_t *master_key,
                     const uint8_t *entry, Py_ssize_t length) except -1
     cdef void feed_done_c(self) noexcept
+    # The GIL-free side: while ready_nogil() the splitter may offer whole plain adds to take_nogil with the
+    # GIL released (0 answers "not here": the splitter offers that add to take_c, with the GIL); it calls
+    # stretch_done_nogil before it takes the GIL back.
+    cdef bint ready_nogil(self) noexcept nogil
+    cdef int take_nogil(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, const uint8_t *master_key,
+                        const uint8_t *entry, Py_ssize_t length) noexcept nogil
+    cdef void stretch_done_nogil(self) noexcept nogil
 
 
 # One add a sink took, as it lists them for the answers (FrameBuilder.add_taken_add_responses and

@@ -32,6 +32,16 @@ cdef class AddSink:
     cdef void feed_done_c(self) noexcept:
         pass
 
+    cdef bint ready_nogil(self) noexcept nogil:
+        return False
+
+    cdef int take_nogil(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, const uint8_t *master_key,
+                        const uint8_t *entry, Py_ssize_t length) noexcept nogil:
+        return 0
+
+    cdef void stretch_done_nogil(self) noexcept nogil:
+        pass
+
     def take(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, bytes master_key, bytes entry):
         """take_c for Python callers (the pure-Python splitter and tests): whether the add was taken."""
         if PyBytes_GET_SIZE(master_key) != MASTER_KEY_BYTES:

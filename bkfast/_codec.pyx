@@ -509,7 +509,7 @@ def encode_packet_header(int version, int opcode, int flags):
     return packet_header(version, opcode, flags)
 
 
-cdef inline void split_header(uint32_t header, int *version, int *opcode, int *flags) noexcept:
+cdef inline void split_header(uint32_t header, int *version, int *opcode, int *flags) noexcept nogil:
     version[0] = <int>(header >> 24)
     if version[0] == 0:
         # Legacy form: the whole int is the opcode and there are no flags.
@@ -1262,6 +1262,36 @@ cdef inline int offer_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -
                        p + 4 + MASTER_KEY_LENGTH, n - 4 - MASTER_KEY_LENGTH)
 
 
+cdef inline int offer_add_nogil(AddSink sink, const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    """offer_add to the sink's GIL-free side: 1 when it took the frame."""
+    cdef int version, opcode, flags
+    if n < 4 + MASTER_KEY_LENGTH + 16:
+        return 0
+    split_header(get_u32(p), &version, &opcode, &flags)
+    if opcode != C_OP_ADD or version < 1 or version > 2 or flags != 0 or (p[4 + MASTER_KEY_LENGTH] & 0x80):
+        return 0
+    return sink.take_nogil(get_i64(p + 4 + MASTER_KEY_LENGTH), get_i64(p + 12 + MASTER_KEY_LENGTH), version,
+                           p + 4, p + 4 + MASTER_KEY_LENGTH, n - 4 - MASTER_KEY_LENGTH)
+
+
+cdef Py_ssize_t take_stretch(AddSink sink, const uint8_t *p, Py_ssize_t n, Py_ssize_t i, bint v3,
+                             Py_ssize_t max_frame_size) noexcept nogil:
+    """Offer the whole frames from p[i:] to the sink's GIL-free side while it takes them; where the first
+    one it does not take (or a partial frame, or a length prefix the splitter must refuse) begins."""
+    cdef int32_t length
+    cdef int taken
+    while n - i >= 4:
+        length = get_i32(p + i)
+        if length < 0 or <Py_ssize_t>length + 4 > max_frame_size or n - i - 4 < length:
+            break
+        taken = offer_v3_add_nogil(sink, p + i + 4, length) if v3 else offer_add_nogil(sink, p + i + 4, length)
+        if taken != 1:
+            break
+        i += 4 + length
+    sink.stretch_done_nogil()
+    return i
+
+
 cdef inline AddSink complete(const uint8_t *p, Py_ssize_t length, list frames, AddSink sink, bint v3, object body):
     """A frame is complete: offered to `sink` (which stays the sink if it took it), else listed (`body`:
     its bytes when the splitter has them already); listing ends the sink's turn for this feed."""
@@ -1364,6 +1394,13 @@ cdef class FrameSplitter:
                                     self.body)
                     self.body = None
                 continue
+            if sink is not None and self.header_have == 0 and sink.ready_nogil():
+                # The run is open: its adds are taken with the GIL released, up to the first frame its
+                # GIL-free side does not take, which goes on below as any frame.
+                with nogil:
+                    i = take_stretch(sink, p, n, i, v3, self.max_frame_size)
+                if i >= n:
+                    break
             length = self.next_length(p, n, &i)
             if length < 0:
                 break

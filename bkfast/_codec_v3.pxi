@@ -216,6 +216,19 @@ cdef int offer_v3_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
     return sink.take_c(r.ledger_id, r.entry_id, r.txn, p + r.key_at, p + r.body_at, r.body_len)
 
 
+cdef int offer_v3_add_nogil(AddSink sink, const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    """offer_v3_add to the sink's GIL-free side: 1 when it took the frame."""
+    cdef V3Request r
+    cdef uint64_t scope_id
+    cdef int64_t ledger_id, entry_id
+    if (_v3_request(p, n, &r) < 0 or r.operation != V3_OP_ADD_ENTRY or r.recovery or r.priority != 0
+            or r.scope_id != 0 or r.key_len != MASTER_KEY_LENGTH
+            or peek_ids(p + r.body_at, r.body_len, &scope_id, &ledger_id, &entry_id) < 0 or scope_id != 0
+            or ledger_id != r.ledger_id or entry_id != r.entry_id):
+        return 0
+    return sink.take_nogil(r.ledger_id, r.entry_id, r.txn, p + r.key_at, p + r.body_at, r.body_len)
+
+
 cdef struct LacMemo:            # the LAC of the last ledger serve_v3_reads asked lac_of about
     bint have
     int64_t ledger_id

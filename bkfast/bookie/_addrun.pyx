@@ -23,8 +23,15 @@ Must never: take an add the general path would refuse. So the table is filled on
 admission (FastAdds.note_admitted), and emptied of a ledger before anything can change its verdict: a fence
 (under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only (that
 stops the fast path: the Bookie opens no run). Nor take an add it cannot journal: a run takes at most the
-room each journal's queue has left and the adds the server still accepts. Everything here runs with the GIL held (the reactor; forget() from the GC thread), which is
-what makes the table's updates atomic with respect to take_c.
+room each journal's queue has left and the adds the server still accepts. The table changes only under
+the Bookie's ledger lock (the general path's admission, a fence, the GC's forget) or on the reactor (a
+LAC watch, a delete), so never while a run, which holds that lock and runs on the reactor, reads it.
+
+The GIL: once a run is open, the splitter offers the adds of a socket read to `take_nogil` with the GIL
+released (a stretch of whole frames: the table check, the copies into the write cache and the journal
+segment, the ids), so the journal and flush threads' Python runs meanwhile; an add that would need an
+allocation (a longer array, a new segment) is left to `take_c`, with the GIL. A half's mutex taken in a
+stretch is released before the GIL is taken back.
 """
 
 cimport cython
@@ -72,8 +79,10 @@ cdef struct Share:                  # one journal's part of a run: the answers' 
     Py_ssize_t capacity
     Py_ssize_t room                 # how many more adds its queue takes in this run
     Py_ssize_t nbytes               # the entries' bytes
-    Py_ssize_t segment_used         # bytes of the journal's current segment in use
-    Py_ssize_t piece_start          # where the run's records in that segment begin
+    uint8_t *segment_data           # the journal's current segment (its bytes object is in AddRun._segments)
+    Py_ssize_t segment_size
+    Py_ssize_t segment_used         # bytes of it in use
+    Py_ssize_t piece_start          # where the run's records in it begin
 
 
 cdef inline Py_ssize_t slot_of(int64_t ledger_id) noexcept nogil:
@@ -89,6 +98,7 @@ cdef class AddRun(AddSink):
     cdef readonly int directories
     cdef bint _open
     cdef list _halves                # per directory: the active write-cache half held for the run
+    cdef void **_half_ptrs           # the same halves, borrowed from _halves, for the GIL-free side
     cdef Py_ssize_t *_half_limits
     cdef Py_ssize_t *_dir_counts
     cdef bint *_locked              # per directory: its half's mutex is held (within one feed)
@@ -103,6 +113,7 @@ cdef class AddRun(AddSink):
     cdef Py_ssize_t _armed_limit     # > 0: armed (the limit to open with)
     cdef readonly Py_ssize_t count          # adds taken by the run in progress (or the last one)
     cdef readonly Py_ssize_t taken_bytes    # their entries' bytes
+    cdef readonly Py_ssize_t taken_without_gil  # of them, those taken by take_nogil
 
     def __cinit__(self, int journals, int directories):
         cdef Py_ssize_t i
@@ -113,9 +124,10 @@ cdef class AddRun(AddSink):
         self._half_limits = <Py_ssize_t *>PyMem_Calloc(directories, sizeof(Py_ssize_t))
         self._dir_counts = <Py_ssize_t *>PyMem_Calloc(directories, sizeof(Py_ssize_t))
         self._locked = <bint *>PyMem_Calloc(directories, sizeof(bint))
+        self._half_ptrs = <void **>PyMem_Calloc(directories, sizeof(void *))
         self._shares = <Share *>PyMem_Calloc(journals, sizeof(Share))
         if (self._table == NULL or self._half_limits == NULL or self._dir_counts == NULL or self._shares == NULL
-                or self._locked == NULL):
+                or self._locked == NULL or self._half_ptrs == NULL):
             raise MemoryError()
         for i in range(C_TABLE_SLOTS):
             self._table[i].ledger_id = NO_LEDGER
@@ -131,6 +143,7 @@ cdef class AddRun(AddSink):
         PyMem_Free(self._half_limits)
         PyMem_Free(self._dir_counts)
         PyMem_Free(self._locked)
+        PyMem_Free(self._half_ptrs)
         PyMem_Free(self._lac_moved)
 
     # --- the table ------------------------------------------------------------------------------------
@@ -181,7 +194,7 @@ cdef class AddRun(AddSink):
         """Let the next feed's first plain add open a run of at most `limit` adds: take_c calls
         `opener(limit)`, which opens it (open) and answers True, or answers False (no run now). A socket
         read with no add to take so costs no lock and no Python call but this one and close."""
-        self.count = self.taken_bytes = 0
+        self.count = self.taken_bytes = self.taken_without_gil = 0
         self._opener, self._armed_limit = opener, limit
 
     @property
@@ -209,12 +222,14 @@ cdef class AddRun(AddSink):
             self._shares[i].count = self._shares[i].nbytes = 0
             self._shares[i].room = journal_rooms[i]
         self._halves = halves
+        for i in range(self.directories):
+            self._half_ptrs[i] = <void *>halves[i]
         if self._segments is None:
             self._segments = [None] * self.journals
         self._pieces = [[] for _ in range(self.journals)]
         self._lac_moved_count = 0
         self._limit = limit
-        self.count = self.taken_bytes = 0
+        self.count = self.taken_bytes = self.taken_without_gil = 0
         self._open = True
 
     def close(self):
@@ -233,6 +248,8 @@ cdef class AddRun(AddSink):
         self._open = False
         self.feed_done_c()
         self._halves = None
+        for j in range(self.directories):
+            self._half_ptrs[j] = NULL
         for j in range(self.journals):
             if self._shares[j].count:
                 self._close_piece(j)
@@ -252,35 +269,78 @@ cdef class AddRun(AddSink):
                     const uint8_t *entry, Py_ssize_t length) except -1:
         cdef Admitted *slot
         cdef Share *share
-        cdef WriteCacheHalf half
-        cdef TakenAdd *taken
-        cdef uint8_t *record
         cdef int64_t lac = NO_LAC
         if not self._open and not self._open_armed():
             return 0
-        if self.count >= self._limit or ledger_id < 0 or entry_id < 0 or length > MAX_ENTRY_BYTES:
-            return 0
-        slot = &self._table[slot_of(ledger_id)]
-        if slot.ledger_id != ledger_id or memcmp(slot.key, master_key, KEY_BYTES) != 0:
+        slot = self._admitted(ledger_id, entry_id, master_key, entry, length, &lac)
+        if slot == NULL:
             return 0
         share = &self._shares[slot.journal]
-        if share.count >= share.room:
-            return 0
-        if slot.watched:
-            if peek_lac(entry, length, &lac) < 0:
-                return 0            # no LAC to read: the general path's verdict
-            if slot.run_lac == NO_LAC and self._lac_moved_count == self._lac_moved_capacity:
-                self._grow_lac_moved()
+        if slot.watched and slot.run_lac == NO_LAC and self._lac_moved_count == self._lac_moved_capacity:
+            self._grow_lac_moved()
         if share.count == share.capacity:
             self._grow(share)
         # The record's room first: if it cannot be made, nothing was stored.
-        record = self._record_room(slot.journal, share, 4 + length)
-        half = <WriteCacheHalf>PyList_GET_ITEM(self._halves, slot.directory)
+        self._record_room(slot.journal, share, 4 + length)
+        return self._store(slot, share, ledger_id, entry_id, tag, entry, length, lac)
+
+    cdef bint ready_nogil(self) noexcept nogil:
+        return self._open
+
+    cdef int take_nogil(self, int64_t ledger_id, int64_t entry_id, uint64_t tag, const uint8_t *master_key,
+                        const uint8_t *entry, Py_ssize_t length) noexcept nogil:
+        # take_c with the GIL released: what would need an allocation (a longer array, a new segment)
+        # answers 0, and the splitter gives that add to take_c. The table is safe to read here: it changes
+        # under the Bookie's ledger lock, which the run holds, or on the reactor, which is running this.
+        cdef Admitted *slot
+        cdef Share *share
+        cdef int64_t lac = NO_LAC
+        if not self._open:
+            return 0
+        slot = self._admitted(ledger_id, entry_id, master_key, entry, length, &lac)
+        if slot == NULL:
+            return 0
+        share = &self._shares[slot.journal]
+        if ((slot.watched and slot.run_lac == NO_LAC and self._lac_moved_count == self._lac_moved_capacity)
+                or share.count == share.capacity or share.segment_data == NULL
+                or share.segment_used + 4 + length > share.segment_size):
+            return 0
+        if self._store(slot, share, ledger_id, entry_id, tag, entry, length, lac) == 0:
+            return 0
+        self.taken_without_gil += 1
+        return 1
+
+    cdef void stretch_done_nogil(self) noexcept nogil:
+        self._unlock_halves()
+
+    cdef Admitted *_admitted(self, int64_t ledger_id, int64_t entry_id, const uint8_t *master_key,
+                             const uint8_t *entry, Py_ssize_t length, int64_t *lac) noexcept nogil:
+        # The ledger's slot when the run may take this add (admitted, the same key, within the run's and
+        # its journal's limits, its LAC readable when watched: `lac`); NULL otherwise.
+        cdef Admitted *slot
+        if self.count >= self._limit or ledger_id < 0 or entry_id < 0 or length > MAX_ENTRY_BYTES:
+            return NULL
+        slot = &self._table[slot_of(ledger_id)]
+        if slot.ledger_id != ledger_id or memcmp(slot.key, master_key, KEY_BYTES) != 0:
+            return NULL
+        if self._shares[slot.journal].count >= self._shares[slot.journal].room:
+            return NULL
+        if slot.watched and peek_lac(entry, length, lac) < 0:
+            return NULL             # no LAC to read: the general path's verdict
+        return slot
+
+    cdef int _store(self, Admitted *slot, Share *share, int64_t ledger_id, int64_t entry_id, uint64_t tag,
+                    const uint8_t *entry, Py_ssize_t length, int64_t lac) noexcept nogil:
+        # Store an add the run takes (its share has room for its id and its segment for its record): into
+        # the write-cache half (its mutex taken once per stretch of the feed), its record framed after its
+        # journal's last one. 0 when the half refuses it (full): nothing of it was stored.
+        cdef uint8_t *record = share.segment_data + share.segment_used
+        cdef TakenAdd *taken
         if not self._locked[slot.directory]:
-            half.lock_c()
+            (<WriteCacheHalf>self._half_ptrs[slot.directory]).lock_c()
             self._locked[slot.directory] = True
-        if half._put_locked(0, <uint64_t>ledger_id, entry_id, entry, <uint32_t>length,
-                      self._half_limits[slot.directory]) != PUT_OK:
+        if (<WriteCacheHalf>self._half_ptrs[slot.directory])._put_locked(
+                0, <uint64_t>ledger_id, entry_id, entry, <uint32_t>length, self._half_limits[slot.directory]) != PUT_OK:
             return 0
         put_u32(record, <uint32_t>length)
         memcpy(record + 4, entry, length)
@@ -300,18 +360,19 @@ cdef class AddRun(AddSink):
         self.taken_bytes += length
         return 1
 
-    cdef uint8_t *_record_room(self, int journal, Share *share, Py_ssize_t framed) except NULL:
+    cdef int _record_room(self, int journal, Share *share, Py_ssize_t framed) except -1:
         # Where journal `journal`'s next framed record goes: its current segment, or a new one (the run's
         # records in the full one become a FramedRecords piece). No Python code but allocations runs
         # here, so it is safe with a half's mutex held: FramedRecords is not tracked by the cycle
         # collector, so making one never starts a collection.
-        segment = <object>PyList_GET_ITEM(self._segments, journal)
-        if segment is None or share.segment_used + framed > PyBytes_GET_SIZE(segment):
+        if share.segment_data == NULL or share.segment_used + framed > share.segment_size:
             self._close_piece(journal)
             segment = PyBytes_FromStringAndSize(NULL, framed if framed > C_SEGMENT_BYTES else C_SEGMENT_BYTES)
             self._segments[journal] = segment
+            share.segment_data = <uint8_t *>PyBytes_AS_STRING(segment)
+            share.segment_size = PyBytes_GET_SIZE(segment)
             share.segment_used = share.piece_start = 0
-        return <uint8_t *>PyBytes_AS_STRING(segment) + share.segment_used
+        return 0
 
     cdef int _close_piece(self, int journal) except -1:
         # The run's records in journal `journal`'s current segment become one FramedRecords.
@@ -356,14 +417,18 @@ cdef class AddRun(AddSink):
         return bool(opener(limit)) and self._open
 
     cdef void feed_done_c(self) noexcept:
-        # A half's mutex is held from a feed's first put into it to the end of that feed, not taken per
-        # put (~20% of the reactor's time per add). Never longer: other threads take it with the GIL held,
-        # and between feeds the reactor runs Python code, which may hand the GIL to one of them.
+        self._unlock_halves()
+
+    cdef void _unlock_halves(self) noexcept nogil:
+        # A half's mutex is held from the first put into it to the end of the feed or of the GIL-free
+        # stretch, not taken per put (~20% of the reactor's time per add). Never longer: other threads
+        # take it with the GIL held, so it must be free before the reactor takes the GIL back, and between
+        # feeds the reactor runs Python code, which may hand the GIL to one of them.
         cdef int d
         for d in range(self.directories):
             if self._locked[d]:
                 self._locked[d] = False
-                (<WriteCacheHalf>PyList_GET_ITEM(self._halves, d)).unlock_c()
+                (<WriteCacheHalf>self._half_ptrs[d]).unlock_c()
 
     cdef int _grow_lac_moved(self) except -1:
         return grow_array(<void **>&self._lac_moved, &self._lac_moved_capacity, sizeof(Py_ssize_t), 16)

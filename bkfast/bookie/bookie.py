@@ -139,7 +139,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         it forgets a ledger the GC deletes, and reports the LACs of ledgers a reader tracks."""
         self.fast_adds = FastAdds(self.storage, self.journals, self._ledger_lock, self.stats, self.lac,
                                   lambda: self.read_only)
-        self.gc.on_ledger_deleted = self.fast_adds.forget
+        self.gc.on_ledger_deleted = self.fast_adds.forget_deleted
         self.lac.on_tracking = self.fast_adds.watch_lac
 
     # --- lifecycle ---------------------------------------------------------------------------------

@@ -77,6 +77,12 @@ class FastAdds:
         if self.run is not None and not scope_id:
             self.run.forget(ledger_id)
 
+    def forget_deleted(self, ledger_id: int, scope_id: int = 0) -> None:
+        """forget() for the garbage collector's thread: under the ledger lock, which a run holds, so the
+        table never changes while a run reads it with the GIL released."""
+        with self._ledger_lock:
+            self.forget(ledger_id, scope_id)
+
     def watch_lac(self, scope_id: int, ledger_id: int, tracked: bool) -> None:
         """A reader started or stopped tracking the ledger's LAC (LacTracker.on_tracking; the reactor)."""
         if self.run is not None and not scope_id:

@@ -535,3 +535,50 @@ def test_with_two_journals_no_run_opens_while_a_general_batch_of_the_connection_
         assert server.proto.add_batches_in_flight == 0
         assert [r.rc for r in server.send(_add(2, 6) + _add(3, 6))] == [V2Rc.EOK, V2Rc.EOK]
         assert run.count == 2, "answered: runs open again"
+
+
+def test_a_feed_takes_adds_with_the_gil_released_and_leaves_allocations_to_take_c():
+    """Once the run is open, a read's adds are taken by the splitter's GIL-free stretch; the adds that need
+    an allocation there (the share's id array full at 256, a journal segment full) go to take_c with the
+    GIL, and the stretch goes on after them: every add taken, ids and records in stream order, no half
+    left locked."""
+    run, halves, start = _run(half_limit=1 << 40)
+    run.admit(10, KEY, 0, 0)
+    splitter = _codec.FrameSplitter(1 << 24)
+    frames = [_add(10, e, payload=(b"p" * 900 if e % 100 else b"q" * 70_000)) for e in range(700)]
+    start()
+    assert splitter.feed(b"".join(frames), run) == []
+    assert run.count == 700
+    # take_c: the first add (it opens the run), the ids' array growing at 256 and 512, and the adds
+    # that found their segment full (after each 70 KB one, ~every 4th: 256 KiB segments)
+    assert 600 < run.taken_without_gil < 699, run.taken_without_gil
+    shares, stored, _ = run.close()
+    ((journal, pieces, taken, nbytes),) = shares
+    assert [e for _, e, _ in TAKEN.iter_unpack(taken)] == list(range(700))
+    assert [r for p in pieces for r in p.records()] == [f[28:] for f in frames]
+    assert len(pieces) > 1 and stored == [700]
+    locker = threading.Thread(target=lambda: (halves[0].put(99, 0, b"x")))
+    locker.start()
+    locker.join(5)
+    assert not locker.is_alive(), "the half stayed locked after the feed"
+
+
+def test_the_gc_forgets_a_deleted_ledger_only_between_runs(tmp_path):
+    """The GC thread's forget waits for the ledger lock a run holds: the table never changes under a run
+    reading it with the GIL released."""
+    dispatcher = _Dispatcher()
+    conf = _conf(tmp_path)
+    with Bookie(conf, dispatcher=dispatcher) as bookie:
+        fast = bookie.fast_adds
+        fast.note_admitted(9, KEY)
+        done = threading.Event()
+        bookie._ledger_lock.acquire()                  # as an open run holds it
+        try:
+            gc_thread = threading.Thread(target=lambda: (fast.forget_deleted(9), done.set()))
+            gc_thread.start()
+            assert not done.wait(0.3) and fast.run.knows(9), "the forget waits for the run"
+        finally:
+            bookie._ledger_lock.release()
+        gc_thread.join(5)
+        assert done.is_set() and not fast.run.knows(9)
+        assert bookie.gc.on_ledger_deleted == fast.forget_deleted
