@@ -1249,14 +1249,23 @@ cdef class FrameBuilder:
 
 
 # --- streaming frame splitter ---------------------------------------------------------------------
-cdef inline int offer_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
-    """Offer a frame to `sink` if it is a plain v2 ADD (version 1 or 2, no flags, an unscoped entry with
-    its ids): 1 when the sink took it."""
+cdef inline int plain_add_version(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    """The protocol version (1 or 2) of a frame that is a plain v2 ADD (no flags, an unscoped entry with its
+    ids), 0 for any other frame. Its ledger id is at p + 24, its entry id at p + 32, its master key at
+    p + 4, its entry at p + 24 (to the end)."""
     cdef int version, opcode, flags
     if n < 4 + MASTER_KEY_LENGTH + 16:
         return 0
     split_header(get_u32(p), &version, &opcode, &flags)
     if opcode != C_OP_ADD or version < 1 or version > 2 or flags != 0 or (p[4 + MASTER_KEY_LENGTH] & 0x80):
+        return 0
+    return version
+
+
+cdef inline int offer_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
+    """Offer a frame to `sink` if it is a plain v2 ADD: 1 when the sink took it."""
+    cdef int version = plain_add_version(p, n)
+    if not version:
         return 0
     return sink.take_c(get_i64(p + 4 + MASTER_KEY_LENGTH), get_i64(p + 12 + MASTER_KEY_LENGTH), version, p + 4,
                        p + 4 + MASTER_KEY_LENGTH, n - 4 - MASTER_KEY_LENGTH)
@@ -1264,11 +1273,8 @@ cdef inline int offer_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -
 
 cdef inline int offer_add_nogil(AddSink sink, const uint8_t *p, Py_ssize_t n) noexcept nogil:
     """offer_add to the sink's GIL-free side: 1 when it took the frame."""
-    cdef int version, opcode, flags
-    if n < 4 + MASTER_KEY_LENGTH + 16:
-        return 0
-    split_header(get_u32(p), &version, &opcode, &flags)
-    if opcode != C_OP_ADD or version < 1 or version > 2 or flags != 0 or (p[4 + MASTER_KEY_LENGTH] & 0x80):
+    cdef int version = plain_add_version(p, n)
+    if not version:
         return 0
     return sink.take_nogil(get_i64(p + 4 + MASTER_KEY_LENGTH), get_i64(p + 12 + MASTER_KEY_LENGTH), version,
                            p + 4, p + 4 + MASTER_KEY_LENGTH, n - 4 - MASTER_KEY_LENGTH)

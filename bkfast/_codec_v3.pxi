@@ -201,17 +201,22 @@ def decode_v3_adds(list frames, Py_ssize_t start=0):
     return adds, ids, i
 
 
-cdef int offer_v3_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
-    """Offer a frame to `sink` if it is a plain v3 ADD_ENTRY as decode_v3_adds reads it, with no recovery
-    flag, no priority, no scope and a 20-byte master key, whose entry carries the ids the request names
-    (ledger storage files an entry under its own header's ids): 1 when the sink took it."""
-    cdef V3Request r
+cdef inline bint plain_v3_add(const uint8_t *p, Py_ssize_t n, V3Request *r) noexcept nogil:
+    """Whether a frame is a plain v3 ADD_ENTRY as decode_v3_adds reads it, with no recovery flag, no
+    priority, no scope and a 20-byte master key, whose entry carries the ids the request names (ledger
+    storage files an entry under its own header's ids); `r`: its fields."""
     cdef uint64_t scope_id
     cdef int64_t ledger_id, entry_id
-    if (_v3_request(p, n, &r) < 0 or r.operation != V3_OP_ADD_ENTRY or r.recovery or r.priority != 0
-            or r.scope_id != 0 or r.key_len != MASTER_KEY_LENGTH
-            or peek_ids(p + r.body_at, r.body_len, &scope_id, &ledger_id, &entry_id) < 0 or scope_id != 0
-            or ledger_id != r.ledger_id or entry_id != r.entry_id):
+    return not (_v3_request(p, n, r) < 0 or r.operation != V3_OP_ADD_ENTRY or r.recovery or r.priority != 0
+                or r.scope_id != 0 or r.key_len != MASTER_KEY_LENGTH
+                or peek_ids(p + r.body_at, r.body_len, &scope_id, &ledger_id, &entry_id) < 0 or scope_id != 0
+                or ledger_id != r.ledger_id or entry_id != r.entry_id)
+
+
+cdef int offer_v3_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
+    """Offer a frame to `sink` if it is a plain v3 ADD_ENTRY: 1 when the sink took it."""
+    cdef V3Request r
+    if not plain_v3_add(p, n, &r):
         return 0
     return sink.take_c(r.ledger_id, r.entry_id, r.txn, p + r.key_at, p + r.body_at, r.body_len)
 
@@ -219,12 +224,7 @@ cdef int offer_v3_add(AddSink sink, const uint8_t *p, Py_ssize_t n) except -1:
 cdef int offer_v3_add_nogil(AddSink sink, const uint8_t *p, Py_ssize_t n) noexcept nogil:
     """offer_v3_add to the sink's GIL-free side: 1 when it took the frame."""
     cdef V3Request r
-    cdef uint64_t scope_id
-    cdef int64_t ledger_id, entry_id
-    if (_v3_request(p, n, &r) < 0 or r.operation != V3_OP_ADD_ENTRY or r.recovery or r.priority != 0
-            or r.scope_id != 0 or r.key_len != MASTER_KEY_LENGTH
-            or peek_ids(p + r.body_at, r.body_len, &scope_id, &ledger_id, &entry_id) < 0 or scope_id != 0
-            or ledger_id != r.ledger_id or entry_id != r.entry_id):
+    if not plain_v3_add(p, n, &r):
         return 0
     return sink.take_nogil(r.ledger_id, r.entry_id, r.txn, p + r.key_at, p + r.body_at, r.body_len)
 

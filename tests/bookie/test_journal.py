@@ -7,6 +7,7 @@ the Java journal and lastMark are in test_journal_recovery.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -180,6 +181,19 @@ def spec_one_per_batch(records, align: int = 512) -> tuple[bytes, int]:
         b = spec_batch(pos, [r], align=align)
         expected, pos = expected + b, pos + len(b)
     return expected, pos
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """RLIMIT_FSIZE at `limit` bytes (SIGXFSZ ignored, so a write past it fails with EFBIG) for the block."""
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
 
 
 def rec(i: int, size: int = 100) -> bytes:
@@ -455,10 +469,7 @@ def test_rolls_past_max_size_and_gc_keeps_max_backups(tmp_path):
 def test_write_failure_errors_the_batch_once_and_stops_the_journal(tmp_path, caplog):
     j, sink = open_journal(tmp_path, journalPreAllocSizeMB=1)
     journal_id = j.current_journal_id
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (int(1.5 * MiB), old_limit[1]))
-    try:
+    with file_size_limit(int(1.5 * MiB)):
         records = [rec(i, 100 * 1024) for i in range(12)]       # #10 crosses 1 MiB: pre-allocation fails
         failed_at = None
         for i, r in enumerate(records):
@@ -467,9 +478,6 @@ def test_write_failure_errors_the_batch_once_and_stops_the_journal(tmp_path, cap
             if sink.errors:
                 failed_at = i
                 break
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
     assert failed_at is not None and sink.tokens == list(range(failed_at))
     assert len(sink.errors) == 1 and sink.errors[0][0] == [failed_at]
     exc = sink.errors[0][1]
@@ -584,11 +592,8 @@ def test_recover_journals_a_failed_batchs_framed_records_again(tmp_path):
     whole and counted as its records, in the new file recover() opens."""
     j, sink = open_journal(tmp_path, journalPreAllocSizeMB=1)
     first_id = j.current_journal_id
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (int(1.5 * MiB), old_limit[1]))
     records = [rec(i, 100 * 1024) for i in range(12)]
-    try:
+    with file_size_limit(int(1.5 * MiB)):
         failed_at = None
         for i in range(0, len(records), 2):
             framed = _framed(records[i:i + 2])
@@ -597,9 +602,6 @@ def test_recover_journals_a_failed_batchs_framed_records_again(tmp_path):
             if sink.errors:
                 failed_at = i
                 break
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
     assert failed_at is not None and sink.errors[0][0] == [failed_at]
     j.recover()
     j.stop()
