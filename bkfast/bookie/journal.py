@@ -276,24 +276,20 @@ class Journal:
                                            or self._nrecs >= self._close_count):
                 self._wakeup.notify()
 
-    def log_records(self, records: list, token, bounded: bool = True, nbytes: int | None = None) -> int:
+    def log_records(self, records: list, token, bounded: bool = True) -> int:
         """Queue several records at once; `token` completes once the LAST of them is durable. Returns
         their bytes with length fields (4 + len each).
 
         The records are appended in order under one lock hold (so they usually share one batch; if the
         queue splits them, the earlier ones are in earlier batches, durable first). No ack-before-sync.
         Errors, blocking and `bounded` as log_record; on an error none of the records was queued.
-        `nbytes`: the records' total length, from a caller that counted it and has no empty record (the
-        add fast path), so the reactor does not look at each record again.
         """
         n_new = len(records)
         if not n_new:
             raise ValueError("log_records needs at least one record")
-        if nbytes is None:
-            if not all(records):
-                raise ValueError("an empty journal record would read back as the end of the log")
-            nbytes = sum(map(len, records))
-        size = nbytes + 4 * n_new
+        if not all(records):
+            raise ValueError("an empty journal record would read back as the end of the log")
+        size = sum(map(len, records)) + 4 * n_new
         self._enqueue(records, n_new, size, token, bounded)
         return size
 
