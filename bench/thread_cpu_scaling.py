@@ -27,9 +27,11 @@ microseconds per op by thread and in total (and GIL-held microseconds with --gil
 (docs/threads.md): a bookie's adds/s on a host with C cores is bounded by its serial stages, by the GIL
 and by its total CPU,
 
-    adds/s(C) = min(1e6 / reactor_us, journals * 1e6 / journal_us, 1e6 / gil_us, C * 1e6 / total_us)
+    adds/s(C) = min(1e6 / reactor_us, 1e6 / worker_us, journals * 1e6 / journal_us, 1e6 / gil_us,
+                    C * 1e6 / total_us)
 
-where reactor_us is the reactor thread's CPU per add (it runs on one core whatever C is), journal_us
+where reactor_us is the reactor thread's CPU per add (it runs on one core whatever C is), worker_us the
+add worker's (`add-worker-0`, with numAddWorkerThreads=1: one thread, whose runs hold the ledger lock), journal_us
 one journal thread's (one per journal directory; as many journals as cores given to journals, here
 assumed min(C / 4, 4)), gil_us the GIL-held time per add summed over the threads (with --gil; one lock
 for the whole process whatever C is), and total_us every thread's. Assumptions: the disks keep up (the journal's
@@ -176,12 +178,14 @@ def scaling_model(cpu_us: dict, cores: list[int], gil_us: float = 0.0) -> dict:
     """adds/s bounds for each core count from the per-thread CPU per add and, when measured, the GIL-held
     time per add over all threads (see the module's docstring)."""
     reactor_us = cpu_us.get("bookie-io", 0.0)
+    worker_us = cpu_us.get("add-worker-0", 0.0)
     journal_us = max((v for k, v in cpu_us.items() if k.startswith("journal-")), default=0.0)
     total_us = cpu_us["total"]
     model = {}
     for c in cores:
         journals = max(1, min(c // 4, 4))
         bounds = {"reactor": 1e6 / reactor_us if reactor_us else float("inf"),
+                  "add worker": 1e6 / worker_us if worker_us else float("inf"),
                   "journals": journals * 1e6 / journal_us if journal_us else float("inf"),
                   "gil": 1e6 / gil_us if gil_us else float("inf"),
                   "cpu": c * 1e6 / total_us}

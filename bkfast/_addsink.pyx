@@ -6,7 +6,8 @@ version) or, on a v3 connection, an ADD_ENTRY (no recovery flag, no priority, no
 key; `tag` is its txn id), with the master key (20 bytes) and the entry. It answers 1 when it took the add (stored and listed for the
 journal: the splitter makes no frame of it), 0 when it did not (the splitter then makes a frame of this one
 and of every later one of the same feed, so the general path sees them in order). The pointers are valid
-only during the call. It is called with the GIL held, by one thread at a time (the reactor).
+only during the call. It is called with the GIL held, by one thread at a time (the reactor, or the add
+worker of bkfast.net.add_workers).
 `feed_done_c` ends each feed that offered anything (in the splitter's `finally`): what `take_c` may hold
 across the feed's takes (a lock) it releases there, before any Python code runs again.
 

@@ -313,8 +313,9 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + PLACEMENT_KEYS + (
         min=0.0, max=1.0, derive=_same_as("diskUsageThreshold")),
     Key("diskCheckInterval", int, 10000, "Disk usage check interval, ms", min=1),
     # Request processing
-    Key("numAddWorkerThreads", int, 1, "Java's add request threads: accepted, not used yet (bkfast stores a "
-        "socket read's adds on its network thread, GIL released: docs/threads.md)", min=0),
+    Key("numAddWorkerThreads", int, 1, "Add worker threads: 1 = a socket read's adds are split and stored "
+        "on add-worker-0, 0 = on the network thread (more run as 1); unset = 1 on hosts of 4+ cores, else 0",
+        min=0),
     Key("numReadWorkerThreads", int, 8, "Read request threads; 0 = handle on the network thread", min=0),
     Key("maxPendingAddRequestsPerThread", int, 10000, "Queued adds per add thread before rejecting", min=0),
     Key("maxPendingReadRequestsPerThread", int, 10000, "Queued reads per read thread before rejecting",

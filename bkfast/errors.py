@@ -338,6 +338,8 @@ class EntryFormatError(EntryVerificationError):
 class FrameError(BKIllegalOpException):
     """A frame on the wire is malformed; the connection that sent it should be closed."""
 
+    frames: list        # set by the frame splitter that raised it: the whole frames before the bad one
+
 
 class FrameTooLargeError(FrameError):
     """A frame's length prefix exceeds the maximum frame size (nettyMaxFrameSizeBytes)."""

@@ -24,6 +24,7 @@ OS_NAME_BYTES = 15
 
 # The bookie's threads, as `top -H` shows them (issue "every core"): Java names them after its executors.
 BOOKIE_IO = "bookie-io"            # the reactor: sockets, framing, dispatch
+ADD_WORKER = "add-worker"          # add-worker-N: a socket read's adds split and taken (numAddWorkerThreads)
 JOURNAL = "journal"                # journal-N: group commit and fdatasync of journalDirectories[N]
 FLUSH = "flush"                    # flush-N: write cache -> entry log -> index of ledgerDirectories[N]
 READ = "read"                      # read-N: reads that memory cannot answer (numReadWorkerThreads)

@@ -24,8 +24,9 @@ admission (FastAdds.note_admitted), and emptied of a ledger before anything can 
 (under the Bookie's ledger lock, which a run holds throughout), a delete, the bookie turning read-only (that
 stops the fast path: the Bookie opens no run). Nor take an add it cannot journal: a run takes at most the
 room each journal's queue has left and the adds the server still accepts. The table changes only under
-the Bookie's ledger lock (the general path's admission, a fence, the GC's forget) or on the reactor (a
-LAC watch, a delete), so never while a run, which holds that lock and runs on the reactor, reads it.
+the Bookie's ledger lock (the general path's admission, a fence, a delete, the GC's forget, a LAC watch),
+so never while a run, which holds that lock on the reactor or the add worker (bkfast.net.add_workers),
+reads it.
 
 The GIL: once a run is open, the splitter offers the adds of a socket read to `take_nogil` with the GIL
 released (a stretch of whole frames: the table check, the copies into the write cache and the journal
@@ -291,7 +292,7 @@ cdef class AddRun(AddSink):
                         const uint8_t *entry, Py_ssize_t length) noexcept nogil:
         # take_c with the GIL released: what would need an allocation (a longer array, a new segment)
         # answers 0, and the splitter gives that add to take_c. The table is safe to read here: it changes
-        # under the Bookie's ledger lock, which the run holds, or on the reactor, which is running this.
+        # only under the Bookie's ledger lock, which the run holds.
         cdef Admitted *slot
         cdef Share *share
         cdef int64_t lac = NO_LAC

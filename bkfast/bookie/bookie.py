@@ -480,7 +480,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         return entries
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
-        self.fast_adds.forget(ledger_id, scope_id)
+        self.fast_adds.forget_deleted(ledger_id, scope_id)
         self.storage.delete_ledger(ledger_id, scope_id)
         self.storage_full.forget_ledger(ledger_id, scope_id)
         self.lac.drop(scope_id, ledger_id)

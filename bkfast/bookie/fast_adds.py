@@ -2,12 +2,12 @@
 (v2 ADDs, v3 ADD_ENTRYs) may skip the general path, and what a run's adds become once the splitter has
 handed them over.
 
-A run: `open` (the reactor, once per socket read) arms it; the read's first plain add opens it (_start),
-after checking that nothing would make the general path refuse an add the table admits (the bookie
-read-only), by taking the Bookie's ledger lock (so no fence comes between an add's check and its store)
-and each ledger directory's active write-cache half; the splitter offers the adds; `close` releases both
-and hands each journal its share of records (framed: FramedRecords) with one completion, which the
-caller's `answer` turns into the responses once durable. A read with no add takes no lock.
+A run: `open` (the reactor, or the add worker of bkfast.net.add_workers, once per socket read) arms it; the
+read's first plain add opens it (_start), after checking that nothing would make the general path refuse an
+add the table admits (the bookie read-only), by taking the Bookie's ledger lock (so no fence comes between an
+add's check and its store) and each ledger directory's active write-cache half; the splitter offers the adds;
+`close` releases both and hands each journal its share of records (framed: FramedRecords) with one completion,
+which the caller's `answer` turns into the responses once durable. A read with no add takes no lock.
 A ledger whose LAC a reader tracks (bkfast.bookie.lac) is watched in the table: `close` advances its LAC
 to the highest its taken adds carried, which wakes its long-poll readers, as the general path does.
 
@@ -84,9 +84,11 @@ class FastAdds:
             self.forget(ledger_id, scope_id)
 
     def watch_lac(self, scope_id: int, ledger_id: int, tracked: bool) -> None:
-        """A reader started or stopped tracking the ledger's LAC (LacTracker.on_tracking; the reactor)."""
+        """A reader started or stopped tracking the ledger's LAC (LacTracker.on_tracking): under the ledger
+        lock, so a run on the add worker sees the watch from its start or not at all."""
         if self.run is not None and not scope_id:
-            self.run.watch(ledger_id, tracked)
+            with self._ledger_lock:
+                self.run.watch(ledger_id, tracked)
 
     # --- a run ----------------------------------------------------------------------------------------
     @property
@@ -122,10 +124,13 @@ class FastAdds:
         self._opened_ns = now_ns()
         return True
 
-    def close(self, run: AddRun, answer: TakenAnswer) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
+    def close(self, run: AddRun, answer: TakenAnswer,
+              lacs_to: list | None = None) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
         """End the run and journal what it took: each journal's share is answered through `answer` once
         durable. Returns (the adds taken, [(error, taken, count)] of the shares a journal refused: nothing of
-        them was queued, and the caller answers them)."""
+        them was queued, and the caller answers them). The watched ledgers' LACs are advanced now, or, off
+        the reactor (the LAC tracker and its waiters are the reactor's), appended to `lacs_to` for
+        advance_lacs."""
         if not run.is_open:
             run.close()             # disarmed: no add came, nothing was locked
             return 0, []
@@ -139,8 +144,15 @@ class FastAdds:
                 directory.release_write_half(count)
             self._ledger_lock.release()
         if lacs:
-            self._lac.advance_many(0, lacs)
+            if lacs_to is None:
+                self._lac.advance_many(0, lacs)
+            else:
+                lacs_to.extend(lacs)
         return run.count, self._journal(shares, answer, run.count, run.taken_bytes) if shares else []
+
+    def advance_lacs(self, lacs: list[tuple[int, int]]) -> None:
+        """The LACs close() left in `lacs_to`, advanced on the reactor (which wakes their long polls)."""
+        self._lac.advance_many(0, lacs)
 
     def _journal(self, shares: list, answer: TakenAnswer, count: int, taken_bytes: int) -> list:
         stats = self._stats

@@ -50,9 +50,15 @@ class AddRuns(Protocol):
         None. The caller feeds the splitter with it and must close it (in a `finally`)."""
         ...
 
-    def close(self, run: AddRun, answer: TakenAnswer) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
+    def close(self, run: AddRun, answer: TakenAnswer,
+              lacs_to: list | None = None) -> tuple[int, list[tuple[BaseException, bytes, int]]]:
         """Journal what the run took; (adds taken, [(error, taken, count)] of the shares refused now, for
-        the caller to answer)."""
+        the caller to answer). Off the reactor, `lacs_to` gets the watched ledgers' LACs instead of their
+        being advanced (advance_lacs, on the reactor)."""
+        ...
+
+    def advance_lacs(self, lacs: list[tuple[int, int]]) -> None:
+        """Advance the LACs a close() left in `lacs_to` (the reactor)."""
         ...
 
 

@@ -96,9 +96,17 @@ class LacTracker:
         if state is None:
             if now >= self._next_sweep:
                 self._sweep(now)
-            state = self._ledgers[(scope_id, ledger_id)] = _LedgerLac(load(), now)
+            # Told before the load: an add a run takes from now on reports its LAC, and one taken before
+            # is in storage when load() reads it (the add worker's runs end before on_tracking returns).
             if self.on_tracking is not None:
                 self.on_tracking(scope_id, ledger_id, True)
+            try:
+                lac = load()
+            except BaseException:
+                if self.on_tracking is not None:
+                    self.on_tracking(scope_id, ledger_id, False)
+                raise
+            state = self._ledgers[(scope_id, ledger_id)] = _LedgerLac(lac, now)
         state.used = now
         return state.lac
 

@@ -24,14 +24,20 @@ from bkfast.stats import now_ns
 UNBOUNDED_RUN_ADDS = 1 << 20
 
 
+def may_run(conn) -> bool:
+    """Whether a socket read of `conn` may go through an add run now (see the module docstring)."""
+    runs = conn.factory.add_runs
+    return not (runs is None or conn.gate is not None or conn.held or conn.blocked
+                or (conn.add_batches_in_flight and runs.spans_journals))
+
+
 def split_taking_adds(conn, data) -> list:
     """The frames of a socket read after the plain adds the Bookie's add run took on the way (stored and
     journaled); their answers go out from their journals' completions."""
-    runs = conn.factory.add_runs
-    if (runs is None or conn.gate is not None or conn.held or conn.blocked
-            or (conn.add_batches_in_flight and runs.spans_journals)):
+    if not may_run(conn):
         return conn.splitter.feed(data)
     factory = conn.factory
+    runs = factory.add_runs
     limit = factory.max_pending_adds
     run = runs.open(limit - factory.pending_adds if limit > 0 else UNBOUNDED_RUN_ADDS)
     if run is None:
@@ -43,12 +49,18 @@ def split_taking_adds(conn, data) -> list:
     finally:
         count, refused = runs.close(run, lambda error, taken, n: answer(conn, v3, error, taken, n, arrival, start))
         if count:
-            factory.stats.reactor_tasks += count
-            if not v3:
-                factory.stats.write_queued.ok_ns_many(count, start - arrival)
-            conn.adds_started(count)
+            count_taken(conn, v3, count, arrival, start)
             for error, taken, n in refused:
                 answer(conn, v3, error, taken, n, arrival, start)
+
+
+def count_taken(conn, v3: bool, count: int, arrival: int, start: int) -> None:
+    """A run took `count` adds of a socket read of `conn`: in flight now, as a batch's adds are."""
+    factory = conn.factory
+    factory.stats.reactor_tasks += count
+    if not v3:
+        factory.stats.write_queued.ok_ns_many(count, start - arrival)
+    conn.adds_started(count)
 
 
 def answer(conn, v3: bool, error, taken: bytes, n: int, arrival: int, start: int) -> None:

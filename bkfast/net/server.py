@@ -56,8 +56,9 @@ from bkfast.bookie.interface import ServerBookie
 from bkfast.bookie.stats import BookieStats
 from bkfast.codec import FrameBuilder, FrameSplitter
 from bkfast.errors import BKTooManyRequestsException, FrameError, StorageBusyError
-from bkfast.net import add_runs, v2_handler, v3_handler
+from bkfast.net import add_runs, add_workers, v2_handler, v3_handler
 from bkfast.net import tls as conn_tls
+from bkfast.net.add_workers import AddWorker
 from bkfast.net.read_pool import ReadPool
 from bkfast.net.request_stats import HIGH_PRIORITY_POOL, READ_POOL, WRITE_POOL, RequestStats
 from bkfast.net.write_now import write_now
@@ -81,6 +82,11 @@ OUTPUT = "output"      # the peer does not read its answers fast enough
 ADDS = "adds"          # too many adds in flight on this connection
 READS = "reads"        # too many reads queued on the pool for this connection
 
+
+# The cores a host needs before an add worker runs by default: the worker and the reactor each want one,
+# the journal and flush threads another. Measured on 2 cores (docs/threads.md), the worker costs ~0.2 us of
+# CPU per add in hand-offs and ~7% of the adds/s; it pays only once the reactor is the bound.
+ADD_WORKER_MIN_CORES = 4
 
 # Live server factories: a dispatched journal batch flushes their dirty connections right after it ran.
 _FACTORIES: weakref.WeakSet = weakref.WeakSet()
@@ -118,6 +124,8 @@ class ServerSettings:
     backpressure_timeout_s: float | None = 60.0           # waitTimeoutOnResponseBackpressureMs (<= 0: None)
     throttle_s: float = 10.0                              # dbStorage_maxThrottleTimeMs
     read_threads: int = 8                                 # numReadWorkerThreads (0: reads on the reactor)
+    add_threads: int = 0                                  # numAddWorkerThreads (0: adds taken on the reactor;
+                                                          # unset: add_worker_threads_from_conf)
     max_pending_reads: int = 10000                        # maxPendingReadRequestsPerThread
 
     @classmethod
@@ -130,7 +138,23 @@ class ServerSettings:
                    backpressure_timeout_s=backpressure_ms / 1000.0 if backpressure_ms > 0 else None,
                    throttle_s=max(conf.get("dbStorage_maxThrottleTimeMs"), 0) / 1000.0,
                    read_threads=conf.get("numReadWorkerThreads"),
+                   add_threads=add_worker_threads_from_conf(conf),
                    max_pending_reads=conf.get("maxPendingReadRequestsPerThread"))
+
+
+def add_worker_threads_from_conf(conf, cores: int | None = None) -> int:
+    """The add workers to run (bkfast.net.add_workers): numAddWorkerThreads when the configuration sets it
+    (0: adds taken on the reactor, as Java handles them on its I/O thread; more than one is run as one,
+    since the runs of several would take turns on the ledger lock); unset, one on a host with
+    ADD_WORKER_MIN_CORES cores or more, none below (docs/threads.md)."""
+    if conf.is_set("numAddWorkerThreads"):
+        wanted = conf.get("numAddWorkerThreads")
+        if wanted > 1:
+            log.info("numAddWorkerThreads=%d: running one add worker (the runs of several would take turns "
+                     "on the ledger lock)", wanted)
+        return min(wanted, 1)
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return 1 if cores >= ADD_WORKER_MIN_CORES else 0
 
 
 class BookieServerFactory(protocol.ServerFactory):
@@ -157,6 +181,9 @@ class BookieServerFactory(protocol.ServerFactory):
         self.read_cached = bookie.memory_lookup()
         # The add fast path (bkfast.net.add_runs, bkfast.bookie.fast_adds) when ledger storage has one.
         self.add_runs = bookie.add_runs()
+        # numAddWorkerThreads > 0: the runs take their adds on the add worker, not here (bkfast.net.add_workers).
+        self.add_worker = (AddWorker(reactor, self.add_runs, flush_all)
+                           if settings.add_threads > 0 and self.add_runs is not None else None)
         # TLS (START_TLS) and authorization, both off unless configured (bkfast.net.tls).
         self.security: conn_tls.ServerSecurity | None = security
         self.connections: set[BookieServerProtocol] = set()
@@ -223,6 +250,9 @@ class BookieServerFactory(protocol.ServerFactory):
         return p
 
     def stopFactory(self):
+        if self.add_worker is not None:
+            self.add_worker.stop()
+            self.add_worker = None
         if self.read_pool is not None:
             self.read_pool.stop()
             self.read_pool = None
@@ -286,6 +316,8 @@ class BookieServerProtocol(protocol.Protocol):
         self.connected = False
         self.inflight_adds = 0
         self.add_batches_in_flight = 0      # general-path batches not answered yet (bkfast.net.add_runs)
+        # Not None while a socket read of this connection is at the add worker: the reads that came since.
+        self.worker_backlog: list | None = None
         self.pending_reads = 0
         # Recent pool answers' size, biased to the largest; None until the first (the limit is then the least).
         self.read_answer_size: int | None = None
@@ -506,10 +538,19 @@ class BookieServerProtocol(protocol.Protocol):
         if not self.connected:
             return
         self.arrival_ns = now_ns()
+        if add_workers.hand_over(self, data):
+            return
         try:
             frames = add_runs.split_taking_adds(self, data)
         except FrameError as err:
-            frames = err.frames
+            self.frames_split(err.frames, err)
+            return
+        self.frames_split(frames)
+
+    def frames_split(self, frames: list, err: FrameError | None = None) -> None:
+        """The frames of a socket read, split here or by the add worker: handled in order, or held; after
+        them, a bad frame (`err`) closes the connection."""
+        if err is not None:
             if self.held or self.blocked:
                 self._hold_more(frames)
                 frames = []

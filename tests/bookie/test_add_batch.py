@@ -43,6 +43,9 @@ def _conf(tmp_path, **extra):
         "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
         "dbStorage_writeCacheMaxSizeMb": 16,
         "dbStorage_readAheadCacheMaxSizeMb": 16,
+        # These servers run on a fake clock, which cannot take the add worker's hand-backs: adds are taken
+        # on the (fake) reactor. tests/server/test_add_worker.py serves through the worker.
+        "numAddWorkerThreads": 0,
         **extra,
     })
 

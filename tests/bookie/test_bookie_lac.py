@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from bkfast.bookie.lac import LacTracker, LacWaiter
 from bkfast.codec import DigestType, encode_entry, master_key
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
@@ -37,6 +39,28 @@ def test_tracker_wakes_only_waiters_the_new_lac_satisfies_and_forgets_deleted_an
     now[0] = 11.0
     tracker.known(0, 1000, lambda: -1)                     # a new ledger triggers the idle sweep
     assert len(tracker) == 2 and (0, 7) in tracker and (0, 1000) in tracker
+
+
+def test_a_ledger_is_watched_before_its_lac_is_loaded_and_unwatched_when_the_load_fails():
+    """The add fast path must report the LAC of every add the load did not see: an add worker's run that
+    stores after the load must already find the ledger watched. So on_tracking comes first, and a load that
+    raises (no such ledger) takes the watch back."""
+    tracker = LacTracker()
+    events = []
+    tracker.on_tracking = lambda scope, ledger, tracked: events.append(("watch", ledger, tracked))
+
+    def load():
+        events.append(("load", 5))
+        return 3
+    assert tracker.known(0, 5, load) == 3
+    assert events == [("watch", 5, True), ("load", 5)]
+    events.clear()
+
+    def missing():
+        raise KeyError("no ledger 6")
+    with pytest.raises(KeyError):
+        tracker.known(0, 6, missing)
+    assert events == [("watch", 6, True), ("watch", 6, False)] and (0, 6) not in tracker
 
 
 def _v3_add_frame(ledger, entry, txn):

@@ -15,7 +15,8 @@ def test_every_bookie_thread_has_its_own_name(tmp_path):
     journals = f"{tmp_path / 'journal0'},{tmp_path / 'journal1'}"
     ledgers = f"{tmp_path / 'ledgers0'},{tmp_path / 'ledgers1'}"
     bookie = LocalBookie(tmp_path, 0, extra_conf={
-        "journalDirectories": journals, "ledgerDirectories": ledgers, "numReadWorkerThreads": "3"}).start()
+        "journalDirectories": journals, "ledgerDirectories": ledgers, "numReadWorkerThreads": "3",
+        "numAddWorkerThreads": "1"}).start()
     try:
         names: collections.Counter = collections.Counter()
 
@@ -24,8 +25,8 @@ def test_every_bookie_thread_has_its_own_name(tmp_path):
             names.update(t.name for t in sample(bookie.pid).values())
             return "bookie-io" in names
         wait_until("the reactor thread named bookie-io", named)
-        for name in ("bookie-io", "journal-0", "journal-1", "flush-0", "flush-1", "read-0", "read-1", "read-2",
-                     "bookie-sync", "bookie-gc", "disk-check"):
+        for name in ("bookie-io", "add-worker-0", "journal-0", "journal-1", "flush-0", "flush-1", "read-0",
+                     "read-1", "read-2", "bookie-sync", "bookie-gc", "disk-check"):
             assert names[name] == 1, (name, names)
         assert "read-3" not in names
         # Python's threads are all named by bkfast; what is left is native: RocksDB's pool names its threads

@@ -1,0 +1,198 @@
+"""The add worker (`add-worker-0`, numAddWorkerThreads > 0): a connection's socket reads are split, and their
+plain adds taken by the Bookie's add run (bkfast.net.add_runs, bkfast.bookie.fast_adds), on this thread
+instead of the reactor. The reactor reads the socket, hands the bytes over, and handles what comes back: the
+frames the run did not take (the general path, in order) and the count of the adds it took. Their answers
+come from their journals' completions, as on the reactor.
+
+Owns: the queue of socket reads handed over, the thread that runs them, the batching of their hand-backs
+(one callFromThread for whatever has finished when the reactor gets to it), and the adds taken but not yet
+counted on the reactor (they still count against maxPendingAddRequestsPerThread).
+
+Why one thread: a run holds the Bookie's ledger lock and each directory's write-cache half from its first
+add to its end, so the runs of two workers would take turns. What the worker buys is that the reactor
+reads and answers other sockets, and serves reads, while a run takes its adds (with the GIL released).
+
+Order: a connection has at most one socket read at the worker; what the reactor reads from it meanwhile
+waits on the connection (`worker_backlog`) and is handed over, or handled, when that read is back. A run's
+journal shares are queued by the worker before its read goes back, so a general-path batch the reactor
+makes of the rest of that read is journaled after them. The table of admitted ledgers changes only under
+the ledger lock the run holds (fences, deletes, LAC watches), so a fence that comes while a run is open on
+the worker waits for the run's end, and refuses every add after it.
+
+Must never: touch a connection's transport, output or counters on the worker (only the splitter of a
+connection whose read it holds), or let a taken add be answered before it is counted (the first of the
+hand-back and the add's answer counts the run).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from bkfast.errors import FrameError
+from bkfast.net import add_runs
+from bkfast.stats import now_ns
+from bkfast.threads import ADD_WORKER, NamedThread
+
+if TYPE_CHECKING:
+    from bkfast.bookie.interface import AddRuns
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AddWorker", "hand_over"]
+
+
+class HandedRead:
+    """One socket read at the worker, and what became of it."""
+
+    __slots__ = ("conn", "data", "v3", "arrival", "start", "frames", "error", "count", "refused", "lacs",
+                 "counted")
+
+    def __init__(self, conn, data: bytes, arrival: int):
+        self.conn = conn
+        self.data: bytes | None = data
+        self.v3 = not conn.v2
+        self.arrival = arrival
+        self.start = arrival
+        self.frames: list = []
+        self.error: FrameError | None = None
+        self.count = 0                          # adds the run took
+        self.refused: list = []                 # shares a journal refused: (error, taken, count)
+        self.lacs: list = []                    # (ledger, LAC) of watched ledgers, advanced on the reactor
+        self.counted = False
+
+    def answer(self, error, taken: bytes, n: int) -> None:
+        """A journal share of the run is durable (or failed): on the reactor."""
+        self.count_taken()
+        add_runs.answer(self.conn, self.v3, error, taken, n, self.arrival, self.start)
+
+    def count_taken(self) -> None:
+        """The run's adds counted as in flight on the connection (once, on the reactor)."""
+        if self.counted:
+            return
+        self.counted = True
+        if self.count:
+            conn = self.conn
+            add_runs.count_taken(conn, self.v3, self.count, self.arrival, self.start)
+            conn.factory.add_worker.counted += self.count
+
+
+class AddWorker:
+    """hand(read): the worker splits it and takes its adds; the reactor gets it back (see the module)."""
+
+    def __init__(self, reactor, runs: AddRuns, after_delivery, index: int = 0):
+        self.reactor = reactor
+        self._runs = runs
+        self._after_delivery = after_delivery
+        self._jobs: deque[HandedRead | None] = deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._done: list[HandedRead] = []
+        self._scheduled = False
+        # Adds the worker's runs took (written by the worker) and those counted on the reactor (written by
+        # the reactor): the difference is in flight but not in the factory's pending_adds yet.
+        self.taken = 0
+        self.counted = 0
+        self.reads = 0                          # socket reads handed back (the worker's)
+        self._thread = NamedThread(self._work, f"{ADD_WORKER}-{index}")
+        self._thread.start()
+
+    def hand(self, read: HandedRead) -> None:
+        with self._ready:
+            self._jobs.append(read)
+            self._ready.notify()
+
+    def stop(self) -> None:
+        with self._ready:
+            self._jobs.append(None)
+            self._ready.notify()
+        self._thread.join(timeout=5)
+
+    # --- the worker thread ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            with self._ready:
+                while not jobs:
+                    self._ready.wait()
+                read = jobs.popleft()
+            if read is None:
+                return
+            try:
+                self._take(read)
+            except FrameError as error:
+                read.error = error
+            except BaseException as error:  # a bug: the connection is closed, the worker goes on
+                log.exception("the add worker failed on a read from %s", read.conn.peer)
+                read.error = FrameError(f"internal error: {error!r}")
+                read.error.frames = []
+            self.reads += 1
+            with self._ready:
+                self._done.append(read)
+                schedule = not self._scheduled
+                self._scheduled = True
+            if schedule:
+                self.reactor.callFromThread(self._deliver)
+
+    def _take(self, read: HandedRead) -> None:
+        conn = read.conn
+        data, read.data = read.data, None
+        factory = conn.factory
+        limit = factory.max_pending_adds
+        room = (limit - factory.pending_adds - (self.taken - self.counted) if limit > 0
+                else add_runs.UNBOUNDED_RUN_ADDS)
+        runs = self._runs
+        run = runs.open(room)
+        if run is None:
+            read.frames = conn.splitter.feed(data)
+            return
+        read.start = now_ns()
+        try:
+            read.frames = conn.splitter.feed(data, run, read.v3)
+        finally:
+            read.count, read.refused = runs.close(run, read.answer, lacs_to=read.lacs)
+            self.taken += read.count
+
+    # --- back on the reactor --------------------------------------------------------------------------
+    def _deliver(self) -> None:
+        with self._ready:
+            done, self._done = self._done, []
+            self._scheduled = False
+        for read in done:
+            try:
+                handed_back(read, self._runs)
+            except Exception:
+                log.exception("handling a read back from the add worker failed (%s)", read.conn.peer)
+        self._after_delivery()
+
+
+def hand_over(conn, data: bytes) -> bool:
+    """On the reactor: give a socket read of `conn` to the add worker, or queue it behind the connection's
+    read already there. False: the reactor handles it (no worker, or the connection may not run adds now)."""
+    if conn.worker_backlog is not None:
+        conn.worker_backlog.append(data)
+        return True
+    worker = conn.factory.add_worker
+    if worker is None or not add_runs.may_run(conn):
+        return False
+    conn.worker_backlog = []
+    worker.hand(HandedRead(conn, data, conn.arrival_ns))
+    return True
+
+
+def handed_back(read: HandedRead, runs: AddRuns) -> None:
+    """On the reactor: a read is back from the worker; its frames go on as the reactor's own split would."""
+    conn = read.conn
+    backlog, conn.worker_backlog = conn.worker_backlog, None
+    read.count_taken()
+    for error, taken, n in read.refused:
+        read.answer(error, taken, n)
+    if read.lacs:
+        runs.advance_lacs(read.lacs)
+    if not conn.connected:
+        return
+    conn.arrival_ns = read.arrival
+    conn.frames_split(read.frames if read.error is None else read.error.frames, read.error)
+    if backlog and conn.connected:
+        conn.dataReceived(b"".join(backlog))
