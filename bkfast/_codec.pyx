@@ -1344,6 +1344,18 @@ cdef class FrameSplitter:
         """True once a bad length prefix was seen: the stream cannot be resynchronised."""
         return self.failure is not None
 
+    def pending_head(self, Py_ssize_t n):
+        """The first (at most) n bytes of the frame received in part, as the stream had them (its length
+        prefix first); b"" when no frame is in part."""
+        cdef uint8_t prefix[4]
+        if n <= 0:
+            return b""
+        if self.body is None:
+            return PyBytes_FromStringAndSize(<const char *>self.header, min(n, self.header_have))
+        put_u32(prefix, <uint32_t>self.body_len)
+        return (PyBytes_FromStringAndSize(<const char *>prefix, min(n, 4))
+                + PyBytes_FromStringAndSize(PyBytes_AS_STRING(self.body), max(0, min(n - 4, self.body_have))))
+
     cdef Py_ssize_t check_length(self, const uint8_t *h) except -1:
         cdef int32_t length = get_i32(h)
         if length < 0:

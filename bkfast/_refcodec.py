@@ -639,6 +639,10 @@ class FrameSplitter:
     def failed(self) -> bool:
         return self._failure is not None
 
+    def pending_head(self, n: int) -> bytes:
+        """As the Cython splitter: the first (at most) n bytes of the frame received in part."""
+        return bytes(self._buf[:max(0, n)])
+
     def _check_length(self, length: int) -> None:
         if length < 0:
             self._failure = (NegativeFrameLengthError, f"frame length {length} is negative")

@@ -195,6 +195,9 @@ cdef class AddRun(AddSink):
         """Let the next feed's first plain add open a run of at most `limit` adds: take_c calls
         `opener(limit)`, which opens it (open) and answers True, or answers False (no run now). A socket
         read with no add to take so costs no lock and no Python call but this one and close."""
+        if self._open:
+            # One run at a time, on one thread (the reactor, or the add worker when there is one).
+            raise RuntimeError("an add run is open: it is armed again only after its close")
         self.count = self.taken_bytes = self.taken_without_gil = 0
         self._opener, self._armed_limit = opener, limit
 

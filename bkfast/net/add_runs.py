@@ -33,8 +33,9 @@ def may_run(conn) -> bool:
 
 def split_taking_adds(conn, data) -> list:
     """The frames of a socket read after the plain adds the Bookie's add run took on the way (stored and
-    journaled); their answers go out from their journals' completions."""
-    if not may_run(conn):
+    journaled); their answers go out from their journals' completions. With an add worker, the runs are
+    its own: a read the reactor splits takes none."""
+    if conn.factory.add_worker is not None or not may_run(conn):
         return conn.splitter.feed(data)
     factory = conn.factory
     runs = factory.add_runs

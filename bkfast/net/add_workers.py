@@ -31,8 +31,10 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
+from bkfast.codec import OP_ADD
 from bkfast.errors import FrameError
 from bkfast.net import add_runs
+from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from bkfast.stats import now_ns
 from bkfast.threads import ADD_WORKER, NamedThread
 
@@ -40,6 +42,12 @@ if TYPE_CHECKING:
     from bkfast.bookie.interface import AddRuns
 
 log = logging.getLogger(__name__)
+
+# Where a frame (length prefix included) says it is an add: v2, the opcode byte of its header int; v3, the
+# operation of its BKPacketHeader (Request field 1 `0A len`, then `08 version`, then `10 operation`).
+V2_OPCODE_AT = 5
+V3_OPERATION_TAG = 0x10
+V3_OPERATION_AT = 9
 
 __all__ = ["AddWorker", "hand_over"]
 
@@ -169,16 +177,33 @@ class AddWorker:
 
 def hand_over(conn, data: bytes) -> bool:
     """On the reactor: give a socket read of `conn` to the add worker, or queue it behind the connection's
-    read already there. False: the reactor handles it (no worker, or the connection may not run adds now)."""
+    read already there. False: the reactor handles it (no worker, the connection may not run adds now, or
+    the read is not one of adds)."""
     if conn.worker_backlog is not None:
         conn.worker_backlog.append(data)
         return True
     worker = conn.factory.add_worker
-    if worker is None or not add_runs.may_run(conn):
+    if worker is None or not carries_adds(conn, data) or not add_runs.may_run(conn):
         return False
     conn.worker_backlog = []
     worker.hand(HandedRead(conn, data, conn.arrival_ns))
     return True
+
+
+def carries_adds(conn, data: bytes) -> bool:
+    """Whether a socket read is one of adds: the first frame it completes or begins (the splitter may hold
+    the start of it) is an ADD (v2) or ADD_ENTRY (v3, its header serialized in field order, as every
+    protobuf library writes it). A read of reads stays on the reactor: the hop to the worker and back would
+    cost it more than the split it saves."""
+    head = conn.splitter.pending_head(V3_OPERATION_AT + 1)
+    if head:
+        head += data[:V3_OPERATION_AT + 1]
+    else:
+        head = data
+    if conn.v2:
+        return len(head) > V2_OPCODE_AT and head[V2_OPCODE_AT] == OP_ADD
+    return (len(head) > V3_OPERATION_AT and head[V3_OPERATION_AT - 1] == V3_OPERATION_TAG
+            and head[V3_OPERATION_AT] == pb.ADD_ENTRY)
 
 
 def handed_back(read: HandedRead, runs: AddRuns) -> None:

@@ -582,3 +582,19 @@ def test_the_gc_forgets_a_deleted_ledger_only_between_runs(tmp_path):
         gc_thread.join(5)
         assert done.is_set() and not fast.run.knows(9)
         assert bookie.gc.on_ledger_deleted == fast.forget_deleted
+
+
+def test_an_open_run_is_not_armed_again_nor_watched():
+    """One run at a time: arming an open run (a second thread's feed) raises instead of resetting what it
+    took, and a LAC watch waits for its close (FastAdds takes the ledger lock for it)."""
+    run, halves, start = _run()
+    run.admit(10, KEY, 0, 0)
+    start()
+    assert run.take(10, 0, 1, *_body(_add(10, 0)))
+    with pytest.raises(RuntimeError, match="armed again"):
+        run.arm(lambda limit: True, 5)
+    with pytest.raises(RuntimeError):
+        run.watch(10, True)
+    assert run.count == 1
+    shares, stored, _ = run.close()
+    assert stored == [1] and len(shares) == 1

@@ -6,15 +6,26 @@ another worker")."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from bkfast.codec import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, decode_response, encode_add_request, encode_read_request
+from bkfast import _codec, _refcodec
+from bkfast.codec import (
+    FLAG_DO_FENCING,
+    FLAG_HIGH_PRIORITY,
+    decode_response,
+    encode_add_request,
+    encode_read_request,
+)
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import V2Rc
+from bkfast.net.add_workers import carries_adds
 from bkfast.net.server import ADD_WORKER_MIN_CORES, add_worker_threads_from_conf
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from tests.bookie.test_fast_adds import _v3_add, _v3_long_poll
@@ -193,3 +204,19 @@ def test_the_add_worker_runs_when_configured_and_by_default_on_hosts_of_four_cor
         conf = ServerConfiguration({"numAddWorkerThreads": wanted})
         assert add_worker_threads_from_conf(conf, cores=2) == runs
         assert add_worker_threads_from_conf(conf, cores=64) == runs
+
+
+@pytest.mark.parametrize("splitter_class", [_codec.FrameSplitter, _refcodec.FrameSplitter])
+def test_only_reads_whose_first_frame_is_an_add_go_to_the_worker_as_java_encodes_them(splitter_class):
+    """The reactor peeks at a read's first frame (Java 4.16.7's request bytes, tests/vectors/protocol.json):
+    an ADD (v2) or ADD_ENTRY (v3) goes to the worker; reads, LAC and every other request stay on the reactor;
+    cut anywhere, the frame's start the splitter holds from the read before says it."""
+    vectors = json.loads((Path(__file__).parent.parent / "vectors" / "protocol.json").read_text())
+    requests = [v for v in vectors["encoded"] if v["kind"] == "request" and "hex" in v]
+    assert {v["protocol"] for v in requests} == {"v2", "v3"} and len(requests) > 20
+    for v in requests:
+        frame = bytes.fromhex(v["hex"])
+        for cut in range(0, 12):
+            conn = SimpleNamespace(v2=v["protocol"] == "v2", splitter=splitter_class(1 << 20))
+            assert conn.splitter.feed(frame[:cut]) == []
+            assert carries_adds(conn, frame[cut:]) == (v["op"] == "ADD_ENTRY"), (v["name"], cut)
