@@ -49,6 +49,10 @@ V2_OPCODE_AT = 5
 V3_OPERATION_TAG = 0x10
 V3_OPERATION_AT = 9
 
+# The bytes a connection's reads may pile up behind its read at the worker before the reactor stops reading
+# the socket (resumed when that read is back).
+WORKER_BACKLOG_BYTES = 1 << 20
+
 __all__ = ["AddWorker", "hand_over"]
 
 
@@ -179,13 +183,19 @@ def hand_over(conn, data: bytes) -> bool:
     """On the reactor: give a socket read of `conn` to the add worker, or queue it behind the connection's
     read already there. False: the reactor handles it (no worker, the connection may not run adds now, or
     the read is not one of adds)."""
-    if conn.worker_backlog is not None:
-        conn.worker_backlog.append(data)
+    backlog = conn.worker_backlog
+    if backlog is not None:
+        backlog.append(data)
+        conn.worker_backlog_bytes += len(data)
+        if conn.worker_backlog_bytes > WORKER_BACKLOG_BYTES and conn.connected:
+            # The worker is slow (a journal queue full, a fence's wait): stop reading this socket.
+            conn.worker_paused_reading = True
+            conn.transport.pauseProducing()
         return True
     worker = conn.factory.add_worker
     if worker is None or not carries_adds(conn, data) or not add_runs.may_run(conn):
         return False
-    conn.worker_backlog = []
+    conn.worker_backlog, conn.worker_backlog_bytes = [], 0
     worker.hand(HandedRead(conn, data, conn.arrival_ns))
     return True
 
@@ -210,6 +220,10 @@ def handed_back(read: HandedRead, runs: AddRuns) -> None:
     """On the reactor: a read is back from the worker; its frames go on as the reactor's own split would."""
     conn = read.conn
     backlog, conn.worker_backlog = conn.worker_backlog, None
+    if conn.worker_paused_reading:
+        conn.worker_paused_reading = False
+        if conn.connected and not conn.reading_paused:
+            conn.transport.resumeProducing()
     read.count_taken()
     for error, taken, n in read.refused:
         read.answer(error, taken, n)

@@ -318,6 +318,8 @@ class BookieServerProtocol(protocol.Protocol):
         self.add_batches_in_flight = 0      # general-path batches not answered yet (bkfast.net.add_runs)
         # Not None while a socket read of this connection is at the add worker: the reads that came since.
         self.worker_backlog: list | None = None
+        self.worker_backlog_bytes = 0
+        self.worker_paused_reading = False  # reading stopped while the backlog is over its bound
         self.pending_reads = 0
         # Recent pool answers' size, biased to the largest; None until the first (the limit is then the least).
         self.read_answer_size: int | None = None

@@ -25,8 +25,8 @@ from bkfast.codec import (
 )
 from bkfast.conf import ServerConfiguration
 from bkfast.errors import V2Rc
-from bkfast.net.add_workers import carries_adds
-from bkfast.net.server import ADD_WORKER_MIN_CORES, add_worker_threads_from_conf
+from bkfast.net.add_workers import WORKER_BACKLOG_BYTES, carries_adds
+from bkfast.net.server import ADD_WORKER_MIN_CORES, RECV_BUFFER_SIZE, add_worker_threads_from_conf
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from tests.bookie.test_fast_adds import _v3_add, _v3_long_poll
 from tests.server.test_reactor_never_waits import CRC, KEY, InProcessBookie
@@ -220,3 +220,38 @@ def test_only_reads_whose_first_frame_is_an_add_go_to_the_worker_as_java_encodes
             conn = SimpleNamespace(v2=v["protocol"] == "v2", splitter=splitter_class(1 << 20))
             assert conn.splitter.feed(frame[:cut]) == []
             assert carries_adds(conn, frame[cut:]) == (v["op"] == "ADD_ENTRY"), (v["name"], cut)
+
+
+def test_a_slow_worker_stops_the_reactor_reading_the_connection_instead_of_piling_up_its_reads(worker_bookie):
+    """While a connection's read is held at the worker (here: the worker made to wait), its later reads
+    pile up on the reactor only to WORKER_BACKLOG_BYTES, then the socket is not read; once the read is
+    back, reading resumes and every add is answered."""
+    b = worker_bookie
+    worker = b.factory.add_worker
+    release = threading.Event()
+    real_take = worker._take
+
+    def waiting_take(read):
+        release.wait(30)
+        real_take(read)
+    with b.connect() as c:
+        c.send_raw(_adds(61, [0]))
+        assert decode_response(c.recv_body()).rc == V2Rc.EOK
+        (conn,) = [p for p in b.factory.connections if p.v2]
+        worker._take = waiting_take
+        n = 20_000                                    # ~21 MB of adds: more than the bound and the socket buffers
+        sending = threading.Thread(target=c.send_raw, args=(_adds(61, range(1, n + 1), b"s" * 1000),))
+        sending.start()
+        try:
+            wait_until("reading stopped", lambda: conn.worker_paused_reading)
+            time.sleep(0.3)
+            assert conn.worker_backlog_bytes <= WORKER_BACKLOG_BYTES + RECV_BUFFER_SIZE, conn.worker_backlog_bytes
+            assert sending.is_alive(), "the bookie stopped reading: the client's send waits"
+        finally:
+            worker._take = real_take
+            release.set()
+        sending.join(30)
+        answers = [decode_response(c.recv_body()) for _ in range(n)]
+    assert all(r.rc == V2Rc.EOK for r in answers) and sorted(r.entry_id for r in answers) == list(range(1, n + 1))
+    assert not conn.worker_paused_reading
+    wait_until("every taken add counted and answered", lambda: _settled(b))
