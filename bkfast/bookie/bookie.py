@@ -270,9 +270,10 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
 
         `adds`: [(entry, master_key, recovery, high_priority)], checked exactly as add_entry checks each.
         Returns [(index, error)] of the adds refused at once (not stored, not journaled). The accepted
-        ones are journaled in order; `callback(accepted, error)` runs once (through the dispatcher, from
-        the journal thread) when the last of them is durable: `accepted` is None when every add was
-        accepted, else the list of accepted indices. No accepted add: no callback.
+        ones are journaled in order, each on its ledger's journal; `callback(accepted, error)` runs
+        (through the dispatcher, from the journal thread) once per journal they went to, when that
+        journal's share is durable: `accepted` is the share's indices, or None when the whole batch went to
+        one journal and every add was accepted. No accepted add: no callback.
 
         Stats: the batch's time split evenly over its adds is each add's BOOKIE_ADD_ENTRY (or
         BOOKIE_RECOVERY_ADD_ENTRY) latency, recorded with one call per batch (bkfast.bookie.stats).
@@ -321,7 +322,7 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
         bytes queued (records with their length fields)."""
         completion = _BatchCompletion(accepted, failures, callback)
         if which is not None:
-            return self.journals.log_split(records, which, completion.done, completion.refused)
+            return self.journals.log_split(records, which, completion.share_done, completion.refused)
         try:
             return self.journals[0].log_records(records, completion.done)
         except BKError as error:
@@ -564,28 +565,30 @@ class Bookie(ReadOnlyState, BlockingCalls, LacReads):
 
 
 class _BatchCompletion:
-    """The one completion of a batch's journal records: `callback(accepted, error)` with the accepted
-    indices (None: every add of the batch), narrowed when one of several journals refuses its share."""
+    """The completions of a batch's journal records: `callback(accepted, error)` per journal share, with
+    its accepted indices (None: the batch went to one journal and every add of it was accepted)."""
 
-    __slots__ = ("_accepted", "_failures", "_callback", "_refused", "reported")
+    __slots__ = ("_accepted", "_failures", "_callback", "_whole")
 
     def __init__(self, accepted: list[int], failures: list,
                  callback: Callable[[list[int] | None, BaseException | None], None]):
         self._accepted = accepted
         self._failures = failures
         self._callback = callback
-        self._refused: set[int] = set()      # positions in `accepted` a journal refused
-        self.reported: list[int] | None = accepted if failures else None
+        self._whole: list[int] | None = accepted if failures else None
 
     def done(self, error: BaseException | None) -> None:
-        self._callback(self.reported, error)
+        """The batch's records went to one journal, and are durable (or failed)."""
+        self._callback(self._whole, error)
+
+    def share_done(self, positions: list[int], error: BaseException | None) -> None:
+        """One journal's share (positions in the accepted adds) is durable (or failed)."""
+        accepted = self._accepted
+        self._callback([accepted[k] for k in positions], error)
 
     def refused(self, positions: list[int], error: BaseException) -> None:
-        """Called by JournalSet.log_split before its last share can complete, so done() reports the
-        narrowed list."""
-        self._refused.update(positions)
+        """A journal refused its share: those adds fail now."""
         self._failures.extend((self._accepted[k], error) for k in positions)
-        self.reported = [a for k, a in enumerate(self._accepted) if k not in self._refused]
 
 
 def _ignore(error: BaseException | None) -> None:

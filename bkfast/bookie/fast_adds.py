@@ -91,10 +91,6 @@ class FastAdds:
                 self.run.watch(ledger_id, tracked)
 
     # --- a run ----------------------------------------------------------------------------------------
-    @property
-    def spans_journals(self) -> bool:
-        return len(self._journals) > 1
-
     def open(self, limit: int) -> AddRun | None:
         """Arm a run of at most `limit` adds for the next feed (it opens at the feed's first plain add:
         _start); None when there is none."""

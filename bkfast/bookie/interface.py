@@ -39,12 +39,6 @@ class AddRuns(Protocol):
     """The reactor's add fast path (bkfast.bookie.fast_adds.FastAdds): a socket read's plain v2 ADDs to
     admitted ledgers, taken by the frame splitter from an open run."""
 
-    @property
-    def spans_journals(self) -> bool:
-        """Whether the bookie has several journals: a batch of the general path may then be answered after a
-        later run's share on one of them (each is answered when its last journal is durable)."""
-        ...
-
     def open(self, limit: int) -> AddRun | None:
         """A run armed for at most `limit` adds (it takes its locks at the feed's first plain add), or
         None. The caller feeds the splitter with it and must close it (in a `finally`)."""

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable
+from functools import partial
 
 from bkfast.attributes import Summed
 from bkfast.bookie import journal as journal_mod
@@ -36,32 +36,6 @@ log = logging.getLogger(__name__)
 def journal_index(ledger_id: int, journal_count: int) -> int:
     """Which journal a ledger's records go to (Java's `MathUtils.signSafeMod(ledgerId, journals.size())`)."""
     return ledger_id % journal_count
-
-
-class _Countdown:
-    """Calls `token(first error or None)` once `pending` completions came in, if any group was queued."""
-
-    __slots__ = ("_lock", "_pending", "_token", "_error", "_queued")
-
-    def __init__(self, pending: int, token):
-        self._lock = threading.Lock()
-        self._pending = pending
-        self._token = token
-        self._error = None
-        self._queued = False
-
-    def queued(self) -> None:
-        self._queued = True
-
-    def done(self, error=None) -> None:
-        with self._lock:
-            if error is not None and self._error is None:
-                self._error = error
-            self._pending -= 1
-            if self._pending:
-                return
-        if self._queued:
-            self._token(self._error)
 
 
 class JournalSet:
@@ -198,30 +172,25 @@ class JournalSet:
             journal.gc_journals(mark)
 
     # --- several records at once ------------------------------------------------------------------
-    def log_split(self, records: list, which: list[int], token,
+    def log_split(self, records: list, which: list[int], on_share: Callable[[list[int], BaseException | None], object],
                   on_refused: Callable[[list[int], BaseException], object]) -> int:
         """Queue `records[k]` on journal `which[k]`, each journal's share with one log_records call.
 
-        `token(error)` runs once, when every queued share is durable (the first error, if any). A share a
-        journal refuses (queue full, journal stopped) is handed to `on_refused(positions, error)` at once
-        and never completes through `token`; when every share is refused, `token` never runs. Returns the
-        bytes (with length fields) of the shares queued.
+        `on_share(positions, error)` runs for each queued share once it is durable (its journal's
+        completion, in that journal's order: a share is answered when its own journal synced, not held for
+        the slowest, as Java answers each add from its own journal). A share a journal refuses (queue full,
+        journal stopped) is handed to `on_refused(positions, error)` at once and never completes. Returns
+        the bytes (with length fields) of the shares queued.
         """
         shares: dict[int, list[int]] = {}
         for k, j in enumerate(which):
             shares.setdefault(j, []).append(k)
-        # One extra count, released at the end, so that no share completes the token before all are queued.
-        countdown = _Countdown(len(shares) + 1, token)
         size = 0
         for j, positions in shares.items():
             try:
-                size += self.journals[j].log_records([records[k] for k in positions], countdown.done)
+                size += self.journals[j].log_records([records[k] for k in positions], partial(on_share, positions))
             except BKError as error:
                 on_refused(positions, error)
-                countdown.done(None)
-            else:
-                countdown.queued()
-        countdown.done(None)
         return size
 
     # --- counters, summed over the journals (admin metrics) --------------------------------------------

@@ -8,11 +8,11 @@ allows), the accounting of what it took (in-flight adds, WRITE_THREAD_QUEUED_LAT
 batch path records them), and the answers, built from the run's packed ids in one call per journal share
 once it is durable.
 
-Must never: let a run take an add behind a frame the connection holds (order), nor, with several
-journals, while a general-path batch of the connection is not answered yet: that batch is answered once
-its last journal is durable, and a run's share on another of its journals could be answered first, ahead
-of earlier entries of the same ledgers. Nor leave a run open (it holds the Bookie's locks: closed in a
-`finally`).
+Must never: let a run take an add behind a frame the connection holds (order). With several journals
+each ledger's answers still come in entry order: a ledger's records all go to one journal, whose
+completions run in queue order, and a general-path batch is answered journal share by journal share
+(Bookie.add_entries), so a run's share is never answered ahead of an earlier batch's share on its
+journal. Nor leave a run open (it holds the Bookie's locks: closed in a `finally`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ UNBOUNDED_RUN_ADDS = 1 << 20
 
 def may_run(conn) -> bool:
     """Whether a socket read of `conn` may go through an add run now (see the module docstring)."""
-    runs = conn.factory.add_runs
-    return not (runs is None or conn.gate is not None or conn.held or conn.blocked
-                or (conn.add_batches_in_flight and runs.spans_journals))
+    return not (conn.factory.add_runs is None or conn.gate is not None or conn.held or conn.blocked)
 
 
 def split_taking_adds(conn, data) -> list:

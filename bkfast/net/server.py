@@ -315,7 +315,6 @@ class BookieServerProtocol(protocol.Protocol):
         self.v2 = False
         self.connected = False
         self.inflight_adds = 0
-        self.add_batches_in_flight = 0      # general-path batches not answered yet (bkfast.net.add_runs)
         # Not None while a socket read of this connection is at the add worker: the reads that came since.
         self.worker_backlog: list | None = None
         self.worker_backlog_bytes = 0
@@ -624,21 +623,18 @@ class BookieServerProtocol(protocol.Protocol):
         self.factory.pending_adds += n
 
         def done(accepted, error):
-            self.add_batches_in_flight -= 1
+            # Once per journal share of the batch (bkfast.bookie: Bookie.add_entries).
             done_ids = ids if accepted is None else [ids[i] for i in accepted]
             if self.adds_completed(len(done_ids), error, arrival, start):
                 answer(error, done_ids)
                 self.respond()
 
-        self.add_batches_in_flight += 1
         try:
             failures = self.bookie.add_entries(adds, done)
         except Exception as err:  # a bug: fail the whole batch rather than leave adds unanswered
             log.exception("add batch of %d entries failed", n)
             stats.reactor_failed += n
             failures = [(i, err) for i in range(n)]
-        if len(failures) >= n:
-            self.add_batches_in_flight -= 1     # none accepted: `done` never runs
         taken = (self._refused_adds(failures, ids, answer, arrival, start, frames_in_run, cut) if failures
                  else frames_in_run)
         processed = n if taken == frames_in_run else taken

@@ -508,33 +508,61 @@ def test_a_v3_long_poll_is_answered_by_adds_a_run_takes_on_another_connection(tm
         assert answer.readResponse.entryId == 3 and answer.readResponse.body == _add(41, 3)[28:]
 
 
-def test_with_two_journals_no_run_opens_while_a_general_batch_of_the_connection_is_unanswered(tmp_path):
-    """A general-path batch spanning both journals is answered once its last journal is durable; a run's
-    share on one journal could be answered before it, ahead of earlier entries of the same ledger. So while
-    such a batch of the connection is unanswered, its reads go to the general path, and each ledger's answers
-    come in entry order; once it is answered, runs open again."""
-    dispatcher = _Dispatcher()
+class _HoldingDispatcher(_Dispatcher):
+    """A _Dispatcher that keeps one journal thread's completion batches back until released."""
+
+    def __init__(self, held_thread: str):
+        super().__init__()
+        self.held_thread = held_thread
+        self.holding = False
+        self.held: list = []
+
+    def __call__(self, run, batch):
+        if self.holding and threading.current_thread().name == self.held_thread:
+            with self.lock:
+                self.held.append((run, batch))
+            return
+        super().__call__(run, batch)
+
+    def release(self):
+        with self.lock:
+            self.holding = False
+            self.batches.extend(self.held)
+            self.held = []
+        self.event.set()
+
+
+def test_with_two_journals_a_general_batch_is_answered_share_by_share_and_runs_go_on_meanwhile(tmp_path):
+    """A general-path batch spanning both journals is answered journal share by journal share, each when its
+    own journal is durable; meanwhile the connection's next read goes through a run. With journal 1's
+    completions held back, journal 0's ledgers (the batch's and the run's) are answered, in entry order, and
+    journal 1's only once it completes: no ledger's answer overtakes an earlier entry of it."""
+    dispatcher = _HoldingDispatcher("journal-1")
     conf = _conf(tmp_path, journalDirectories=[str(tmp_path / "j0"), str(tmp_path / "j1")])
     with Bookie(conf, dispatcher=dispatcher) as bookie:
         server = _Server(bookie, conf, dispatcher)
         run = bookie.fast_adds.run
-        assert bookie.fast_adds.spans_journals
         server.send(_add(2, 0) + _add(3, 0))                        # admits 2 (journal 0) and 3 (journal 1)
+        dispatcher.holding = True
         server.proto.dataReceived(_add(4, 0) + _add(5, 0))         # new ledgers: a general batch on both
-        assert server.proto.add_batches_in_flight == 1
         server.proto.dataReceived(b"".join(_add(2, e) + _add(3, e) for e in range(1, 6)))
-        assert run.count == 0, "the connection's general batch is unanswered: no run"
-        assert server.proto.add_batches_in_flight == 2
+        assert run.count == 10, "the batch is unanswered, and the read's adds went through a run"
+        dispatcher.drain(lambda: server.factory.pending_adds == 6)  # journal 0's shares: ledger 4's and 2's
+        server.clock.advance(0)
+        first = _responses(server.transport.value())
+        server.transport.clear()
+        assert [(r.ledger_id, r.entry_id) for r in first if r.ledger_id == 4] == [(4, 0)]
+        assert [r.entry_id for r in first if r.ledger_id == 2] == [1, 2, 3, 4, 5]
+        assert not [r for r in first if r.ledger_id in (3, 5)], "journal 1 is not durable yet"
+        dispatcher.release()
         dispatcher.drain(lambda: server.factory.pending_adds == 0)
         server.clock.advance(0)
-        answers = _responses(server.transport.value())
-        server.transport.clear()
-        assert all(r.rc == V2Rc.EOK for r in answers)
-        for ledger, entries in ((2, range(1, 6)), (3, range(1, 6)), (4, [0]), (5, [0])):
-            assert [r.entry_id for r in answers if r.ledger_id == ledger] == list(entries)
-        assert server.proto.add_batches_in_flight == 0
-        assert [r.rc for r in server.send(_add(2, 6) + _add(3, 6))] == [V2Rc.EOK, V2Rc.EOK]
-        assert run.count == 2, "answered: runs open again"
+        second = _responses(server.transport.value())
+        assert all(r.rc == V2Rc.EOK for r in first + second)
+        assert [r.entry_id for r in second if r.ledger_id == 5] == [0]
+        assert [r.entry_id for r in second if r.ledger_id == 3] == [1, 2, 3, 4, 5]
+        assert second.index(next(r for r in second if r.ledger_id == 5)) < second.index(
+            next(r for r in second if r.ledger_id == 3)), "journal 1 answers the batch's share first"
 
 
 def test_a_feed_takes_adds_with_the_gil_released_and_leaves_allocations_to_take_c():
