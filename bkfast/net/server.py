@@ -153,7 +153,9 @@ def add_worker_threads_from_conf(conf, cores: int | None = None) -> int:
             log.info("numAddWorkerThreads=%d: running one add worker (the runs of several would take turns "
                      "on the ledger lock)", wanted)
         return min(wanted, 1)
-    cores = (os.cpu_count() or 1) if cores is None else cores
+    if cores is None:
+        # The cores this process may run on (a cpuset or taskset narrows them), not the host's count.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return 1 if cores >= ADD_WORKER_MIN_CORES else 0
 
 
