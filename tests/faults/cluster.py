@@ -2,7 +2,8 @@
 
 Owns starting, pausing, killing and restarting: a ZooKeeper server (host ``zk``), the bookies (hosts
 ``b1``..``bN``, each a real `bkfast bookie` bound to and registered as its namespace's address, port
-3181; the last one keeps its ledger dir on a small tmpfs that the nemesis can fill; with `autorecovery`,
+3181; the odd ones take their adds on an add worker, the even ones on the reactor; the last one keeps its
+ledger dir on a small tmpfs that the nemesis can fill; with `autorecovery`,
 each also runs AutoRecovery with a lostBookieRecoveryDelay of 1 s) and the client processes (hosts
 ``w1``.., ``r1``, ``t1``, the stream writer ``sw1`` and reader ``sr1``, ``chk``: client_proc.py).
 `close()` stops every process by pid (SIGCONT first, then SIGKILL), unmounts the tmpfs and removes the
@@ -122,6 +123,10 @@ class FaultCluster:
                                "logSizeLimit": str(4 * 1024 * 1024),
                                "diskCheckInterval": "500",
                                "flushInterval": "1000",
+                               # A mixed fleet: the odd bookies take their adds on an add worker, the
+                               # even ones on the reactor (a 2-core host's default), so every campaign
+                               # faults both paths.
+                               "numAddWorkerThreads": "1" if int(name[1:]) % 2 else "0",
                                **(AUTORECOVERY_CONF if self.autorecovery else {}),
                            })
         bookie.exec_prefix = self.net.exec_prefix(name)
