@@ -59,10 +59,11 @@ __all__ = ["AddWorker", "hand_over"]
 class HandedRead:
     """One socket read at the worker, and what became of it."""
 
-    __slots__ = ("conn", "data", "v3", "arrival", "start", "frames", "error", "count", "refused", "lacs",
-                 "counted")
+    __slots__ = ("worker", "conn", "data", "v3", "arrival", "start", "frames", "error", "count", "refused",
+                 "lacs", "counted")
 
-    def __init__(self, conn, data: bytes, arrival: int):
+    def __init__(self, worker: AddWorker, conn, data: bytes, arrival: int):
+        self.worker = worker                    # its answers may come after the server let the worker go
         self.conn = conn
         self.data: bytes | None = data
         self.v3 = not conn.v2
@@ -88,7 +89,7 @@ class HandedRead:
         if self.count:
             conn = self.conn
             add_runs.count_taken(conn, self.v3, self.count, self.arrival, self.start)
-            conn.factory.add_worker.counted += self.count
+            self.worker.counted += self.count
 
 
 class AddWorker:
@@ -106,7 +107,6 @@ class AddWorker:
         # the reactor): the difference is in flight but not in the factory's pending_adds yet.
         self.taken = 0
         self.counted = 0
-        self.reads = 0                          # socket reads handed back (the worker's)
         self._thread = NamedThread(self._work, f"{ADD_WORKER}-{index}")
         self._thread.start()
 
@@ -139,7 +139,6 @@ class AddWorker:
                 log.exception("the add worker failed on a read from %s", read.conn.peer)
                 read.error = FrameError(f"internal error: {error!r}")
                 read.error.frames = []
-            self.reads += 1
             with self._ready:
                 self._done.append(read)
                 schedule = not self._scheduled
@@ -196,7 +195,7 @@ def hand_over(conn, data: bytes) -> bool:
     if worker is None or not carries_adds(conn, data) or not add_runs.may_run(conn):
         return False
     conn.worker_backlog, conn.worker_backlog_bytes = [], 0
-    worker.hand(HandedRead(conn, data, conn.arrival_ns))
+    worker.hand(HandedRead(worker, conn, data, conn.arrival_ns))
     return True
 
 
