@@ -27,7 +27,9 @@ add = functools.partial(add_entry, KEY)
 
 def test_journal_disk_full_then_room_again_turns_writable_without_restart(tmp_path):
     journal = tmp_path / "b" / "journal"
-    with tmpfs(journal, 16):
+    # The ledger dir on a roomy tmpfs of its own: turning writable needs every disk below the low-water
+    # mark, and the host's disk can be more than 90% full.
+    with tmpfs(journal, 16), tmpfs(tmp_path / "b" / "ledgers", 256):
         ballast = fill(journal, leave_bytes=3 << 20)
         bookie = LocalBookie(tmp_path / "b", 0, extra_conf={
             "journalPreAllocSizeMB": "1", "diskCheckInterval": "200", "diskUsageThreshold": "0.99",
