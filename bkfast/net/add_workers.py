@@ -4,9 +4,9 @@ instead of the reactor. The reactor reads the socket, hands the bytes over, and 
 frames the run did not take (the general path, in order) and the count of the adds it took. Their answers
 come from their journals' completions, as on the reactor.
 
-Owns: the queue of socket reads handed over, the thread that runs them, the batching of their hand-backs
-(one callFromThread for whatever has finished when the reactor gets to it), and the adds taken but not yet
-counted on the reactor (they still count against maxPendingAddRequestsPerThread).
+Owns: the queue of socket reads handed over, the thread that runs them (their hand-backs are batched by
+bkfast.net.hand_back: one callFromThread for whatever has finished when the reactor gets to it), and the
+adds taken but not yet counted on the reactor (they still count against maxPendingAddRequestsPerThread).
 
 Why one thread: a run holds the Bookie's ledger lock and each directory's write-cache half from its first
 add to its end, so the runs of two workers would take turns. What the worker buys is that the reactor
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from bkfast.codec import OP_ADD
 from bkfast.errors import FrameError
 from bkfast.net import add_runs
+from bkfast.net.hand_back import HandBack
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from bkfast.stats import now_ns
 from bkfast.threads import ADD_WORKER, NamedThread
@@ -96,13 +97,11 @@ class AddWorker:
     """hand(read): the worker splits it and takes its adds; the reactor gets it back (see the module)."""
 
     def __init__(self, reactor, runs: AddRuns, after_delivery, index: int = 0):
-        self.reactor = reactor
         self._runs = runs
-        self._after_delivery = after_delivery
         self._jobs: deque[HandedRead | None] = deque()
         self._ready = threading.Condition(threading.Lock())
-        self._done: list[HandedRead] = []
-        self._scheduled = False
+        self._hand_back = HandBack(reactor, lambda read: handed_back(read, runs), after_delivery,
+                                   "a read back from the add worker")
         # Adds the worker's runs took (written by the worker) and those counted on the reactor (written by
         # the reactor): the difference is in flight but not in the factory's pending_adds yet.
         self.taken = 0
@@ -139,12 +138,7 @@ class AddWorker:
                 log.exception("the add worker failed on a read from %s", read.conn.peer)
                 read.error = FrameError(f"internal error: {error!r}")
                 read.error.frames = []
-            with self._ready:
-                self._done.append(read)
-                schedule = not self._scheduled
-                self._scheduled = True
-            if schedule:
-                self.reactor.callFromThread(self._deliver)
+            self._hand_back.post(read)
 
     def _take(self, read: HandedRead) -> None:
         conn = read.conn
@@ -164,18 +158,6 @@ class AddWorker:
         finally:
             read.count, read.refused = runs.close(run, read.answer, lacs_to=read.lacs)
             self.taken += read.count
-
-    # --- back on the reactor --------------------------------------------------------------------------
-    def _deliver(self) -> None:
-        with self._ready:
-            done, self._done = self._done, []
-            self._scheduled = False
-        for read in done:
-            try:
-                handed_back(read, self._runs)
-            except Exception:
-                log.exception("handling a read back from the add worker failed (%s)", read.conn.peer)
-        self._after_delivery()
 
 
 def hand_over(conn, data: bytes) -> bool:

@@ -3,8 +3,9 @@
 Owns: `numReadWorkerThreads` threads, each with its own queue. A read is queued on the thread chosen by
 its ledger (as Java's ordered read executor), so the reads of one ledger run in arrival order: the
 protocol relies on it for fencing reads and long-poll answers. Finished reads go back to the reactor in
-batches: whatever has finished when the reactor gets to it is delivered in ONE callFromThread, then the
-dirty connections are flushed once (the same coalesced writer as journal completions).
+batches (bkfast.net.hand_back): whatever has finished when the reactor gets to it is delivered in ONE
+callFromThread, then the dirty connections are flushed once (the same coalesced writer as journal
+completions).
 
 Stats: each thread counts the reads it ran, those that raised something other than a BKError (a bug,
 not an answer) and those refused because its queue was full; `register_gauges` exposes them as Java's
@@ -18,16 +19,13 @@ ETOOMANYREQUESTS).
 
 from __future__ import annotations
 
-import logging
 import queue
-import threading
 from collections.abc import Callable
 from typing import cast
 
 from bkfast.errors import BKError
+from bkfast.net.hand_back import HandBack
 from bkfast.threads import READ, NamedThread
-
-log = logging.getLogger(__name__)
 
 _STOP = object()
 _Job = tuple[Callable[[], object], Callable[[object], None]]    # (read, deliver)
@@ -40,7 +38,6 @@ class ReadPool:
         self.reactor = reactor
         self.max_pending_per_thread = max_pending_per_thread if max_pending_per_thread > 0 else 1 << 62
         self.max_queue_size = max_pending_per_thread if max_pending_per_thread > 0 else -1   # Java's: -1 unbounded
-        self._after_delivery = after_delivery
         self._queues: list[queue.SimpleQueue[_Job | object]] = [     # jobs, or _STOP
             queue.SimpleQueue() for _ in range(max(1, threads))]
         self._pending = [0] * len(self._queues)
@@ -49,9 +46,7 @@ class ReadPool:
         self.completed = [0] * len(self._queues)
         self.failed = [0] * len(self._queues)
         self.rejected = [0] * len(self._queues)
-        self._lock = threading.Lock()
-        self._done: list = []
-        self._scheduled = False
+        self._hand_back = HandBack(reactor, self._delivered, after_delivery, "a read")
         self._threads = [NamedThread(self._work, f"{READ}-{i}", args=(i,))
                          for i in range(len(self._queues))]
         for t in self._threads:
@@ -95,25 +90,13 @@ class ReadPool:
                 if not isinstance(error, BKError):
                     self.failed[i] += 1
             self.completed[i] += 1
-            with self._lock:
-                self._done.append((i, deliver, result))
-                schedule = not self._scheduled
-                self._scheduled = True
-            if schedule:
-                self.reactor.callFromThread(self._deliver)
+            self._hand_back.post((i, deliver, result))
 
-    def _deliver(self) -> None:
-        with self._lock:
-            done, self._done = self._done, []
-            self._scheduled = False
-        pending = self._pending
-        for i, deliver, result in done:
-            pending[i] -= 1
-            try:
-                deliver(result)
-            except Exception:
-                log.exception("delivering a read failed")
-        self._after_delivery()
+    def _delivered(self, done: tuple) -> None:
+        """On the reactor: a read finished on thread i."""
+        i, deliver, result = done
+        self._pending[i] -= 1
+        deliver(result)
 
     def register_gauges(self, logger, pool_name: str) -> None:
         """Java's executor gauges of this pool under `logger` (scope bookkeeper_server): `<pool>_threads`,
