@@ -314,7 +314,7 @@ SERVER_KEYS: tuple[Key, ...] = TLS_KEYS + PLACEMENT_KEYS + (
     Key("diskCheckInterval", int, 10000, "Disk usage check interval, ms", min=1),
     # Request processing
     Key("numAddWorkerThreads", int, 1, "Add worker threads: 1 = a socket read's adds are split and stored "
-        "on add-worker-0, 0 = on the network thread (more run as 1); unset = 1 on hosts of 4+ cores, else 0",
+        "on add-worker-0, 0 = on the network thread (more run as 1); unset = 1 with 4+ cores to run on, else 0",
         min=0),
     Key("numReadWorkerThreads", int, 8, "Read request threads; 0 = handle on the network thread", min=0),
     Key("maxPendingAddRequestsPerThread", int, 10000, "Queued adds per add thread before rejecting", min=0),

@@ -174,7 +174,7 @@ def hand_over(conn, data: bytes) -> bool:
             conn.transport.pauseProducing()
         return True
     worker = conn.factory.add_worker
-    if worker is None or not carries_adds(conn, data) or not add_runs.may_run(conn):
+    if worker is None or not add_runs.may_run(conn) or not carries_adds(conn, data):
         return False
     conn.worker_backlog, conn.worker_backlog_bytes = [], 0
     worker.hand(HandedRead(worker, conn, data, conn.arrival_ns))

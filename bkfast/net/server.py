@@ -84,8 +84,8 @@ READS = "reads"        # too many reads queued on the pool for this connection
 
 
 # The cores a host needs before an add worker runs by default: the worker and the reactor each want one,
-# the journal and flush threads another. Measured on 2 cores (docs/threads.md), the worker costs ~0.2 us of
-# CPU per add in hand-offs and ~7% of the adds/s; it pays only once the reactor is the bound.
+# the journal and flush threads another. Measured on 2 cores (docs/threads.md, three pairs), the worker costs
+# ~0.2 us of CPU per add in hand-offs and 0-15% of the adds/s; it pays only once the reactor is the bound.
 ADD_WORKER_MIN_CORES = 4
 
 # Live server factories: a dispatched journal batch flushes their dirty connections right after it ran.
