@@ -59,6 +59,8 @@ cdef enum:
     # Direct writes: file offsets, lengths and memory aligned to a page, which every device accepts
     # (logical blocks are 512 B or 4 KiB).
     BLOCK = 4096
+    # Appends of at least this many bytes are copied into the buffer with the GIL released (copy_in).
+    NOGIL_COPY_BYTES = 65536
 
 LOGFILE_HEADER_SIZE = 1024
 DIRECT_BLOCK = BLOCK
@@ -303,6 +305,19 @@ cdef class BufferedChannel:
             sync_file_range(self.fd, start, end - start, SYNC_FILE_RANGE_WRITE)
         self.wb_started = end
 
+    cdef inline void copy_in(self, const uint8_t *p, Py_ssize_t n) noexcept:
+        """Copy n bytes to the end of the buffer (`used`, not moved here). A copy of NOGIL_COPY_BYTES or
+        more runs with the GIL released: a flush slice (1 MiB) took ~0.1 ms of GIL per copy, which every
+        other thread waited out. Safe without the GIL: readers (read_into) look only below `used`, which
+        moves after the copy, with the GIL held; writers are serialized by the entry logger's lock, and
+        the buffer is freed only by finish(), a writer too."""
+        if n < NOGIL_COPY_BYTES:
+            memcpy(self.buf + self.used, p, n)
+            return
+        cdef uint8_t *dst = self.buf + self.used
+        with nogil:
+            memcpy(dst, p, n)
+
     cdef int put_direct(self, const uint8_t *p, Py_ssize_t n) except -1:
         """Direct mode: copy n bytes into the buffer, writing it out each time it is full (whole blocks,
         nothing kept), so an entry bigger than the buffer goes out in buffer-sized pieces."""
@@ -311,7 +326,7 @@ cdef class BufferedChannel:
             k = self.capacity - self.used
             if k > n:
                 k = n
-            memcpy(self.buf + self.used, p, k)
+            self.copy_in(p, k)
             self.used += k
             p += k
             n -= k
@@ -370,7 +385,7 @@ cdef class BufferedChannel:
                 at += SIZE_LEN
                 self.used += SIZE_LEN
             if n:
-                memcpy(self.buf + self.used, p, n)
+                self.copy_in(p, n)
             self.used += n
             return at
         # Bigger than the whole buffer: straight to the file (the buffer is empty here), one syscall.

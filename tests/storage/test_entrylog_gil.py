@@ -1,0 +1,109 @@
+"""An entry log channel copies large appends into its buffer with the GIL released, and readers on other
+threads still see only whole, written bytes."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import time
+
+import pytest
+
+from bkfast._entrylog import BufferedChannel
+from bkfast.storage.entrylogger import EntryLogger
+from tests.storage.test_entrylog_direct import conf, entry, ids, open_direct_channel
+
+# Big enough that the copy into the buffer takes milliseconds: a thread waiting for the GIL gets it then.
+BIG_APPEND = 32 << 20
+SWITCH_INTERVAL_S = 0.2
+
+
+def ran_during(append) -> bool:
+    """Whether a Python thread spinning on the GIL ran while `append()` was inside its C call."""
+    count = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    spinner = threading.Thread(target=spin)
+    interval = sys.getswitchinterval()
+    # The spinner may force a GIL hand-over only after waiting this long: not within the few milliseconds
+    # from `before` to the read after the call, so only a release inside the call lets it count.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    spinner.start()
+    try:
+        time.sleep(0.001)               # the spinner runs; the main thread comes back with a fresh GIL
+        before = count[0]
+        append()
+        return count[0] != before
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(interval)
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
+def test_a_large_append_is_copied_with_the_gil_released(tmp_path, direct):
+    path = tmp_path / "0.log"
+    if direct:
+        channel = open_direct_channel(path, 2 * BIG_APPEND)
+    else:
+        channel = BufferedChannel(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 0, 0, 2 * BIG_APPEND)
+    big = bytes(range(256)) * (BIG_APPEND // 256)
+    try:
+        assert ran_during(lambda: channel.write(big))
+        small = b"x" * 1000
+        assert not ran_during(lambda: channel.write(small))
+        assert channel.read(0, len(big)) == big
+        channel.sync()
+        with open(path, "rb") as f:
+            assert f.read(len(big)) == big
+    finally:
+        channel.close()
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
+def test_readers_on_other_threads_see_whole_entries_while_large_ones_are_copied_in(tmp_path, direct):
+    el = EntryLogger([tmp_path], conf(direct, writeBufferSizeBytes=4 << 20, logSizeLimit=64 << 20))
+    written: list[tuple[int, bytes]] = []
+    done = threading.Event()
+    failures: list[BaseException] = []
+    reads = [0]
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while not done.is_set() or reads[0] < 500:
+                if not written:
+                    continue
+                location, data = written[rng.randrange(len(written))]
+                assert el.read_entry(*ids(data), location) == data
+                reads[0] += 1
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            failures.append(e)
+            done.set()
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    rng = random.Random(5)
+    try:
+        for i in range(300):
+            if done.is_set():
+                break
+            data = entry(1 + i % 3, i, rng.choice([100, 70_000, 200_000, 900_000]))
+            written.append((el.add_entry(1 + i % 3, data), data))
+            if i % 11 == 0:
+                el.flush()
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert not failures, failures[0]
+    for location, data in written:
+        assert el.read_entry(*ids(data), location) == data
+    el.close()
