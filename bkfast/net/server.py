@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -88,13 +87,15 @@ READS = "reads"        # too many reads queued on the pool for this connection
 # ~0.2 us of CPU per add in hand-offs and 0-15% of the adds/s; it pays only once the reactor is the bound.
 ADD_WORKER_MIN_CORES = 4
 
-# Live server factories: a dispatched journal batch flushes their dirty connections right after it ran.
-_FACTORIES: weakref.WeakSet = weakref.WeakSet()
+# Server factories with answers waiting to be written (mark_dirty adds, flush removes): a dispatched journal
+# batch, and a worker's hand-back, flush them right after it ran. Iterating a WeakSet of every live factory
+# instead was 7% of the reactor's GIL-held time under adds (py-spy).
+_DIRTY_FACTORIES: set[BookieServerFactory] = set()
 
 
 def flush_all() -> None:
-    for factory in list(_FACTORIES):
-        if factory._dirty:
+    if _DIRTY_FACTORIES:
+        for factory in tuple(_DIRTY_FACTORIES):
             factory.flush()
 
 
@@ -192,7 +193,6 @@ class BookieServerFactory(protocol.ServerFactory):
         self._dirty: set[BookieServerProtocol] = set()
         self._flush_call = None
         self._waiting_for_room: set[BookieServerProtocol] = set()
-        _FACTORIES.add(self)
         threads = settings.read_threads
         self.read_pool = ReadPool(reactor, threads, settings.max_pending_reads,
                                   flush_all) if threads > 0 else None
@@ -262,6 +262,7 @@ class BookieServerFactory(protocol.ServerFactory):
     # --- coalesced writes -----------------------------------------------------------------------
     def mark_dirty(self, conn: BookieServerProtocol) -> None:
         self._dirty.add(conn)
+        _DIRTY_FACTORIES.add(self)
         if self._flush_call is None:
             self._flush_call = self.reactor.callLater(0, self.flush)
 
@@ -269,6 +270,7 @@ class BookieServerFactory(protocol.ServerFactory):
         call, self._flush_call = self._flush_call, None
         if call is not None and call.active():
             call.cancel()
+        _DIRTY_FACTORIES.discard(self)
         dirty, self._dirty = self._dirty, set()
         for conn in dirty:
             conn.flush()
