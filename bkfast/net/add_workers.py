@@ -27,12 +27,12 @@ hand-back and the add's answer counts the run).
 from __future__ import annotations
 
 import logging
-from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
 from bkfast.codec import OP_ADD
 from bkfast.errors import FrameError
 from bkfast.net import add_runs
+from bkfast.net._handoff import HandOff
 from bkfast.net.hand_back import HandBack
 from bkfast.proto import BookkeeperProtocol_pb2 as pb
 from bkfast.stats import now_ns
@@ -59,13 +59,15 @@ __all__ = ["AddWorker", "hand_over"]
 class HandedRead:
     """One socket read at the worker, and what became of it."""
 
-    __slots__ = ("worker", "conn", "data", "v3", "arrival", "start", "frames", "error", "count", "refused",
+    __slots__ = ("worker", "conn", "pieces", "v3", "arrival", "start", "frames", "error", "count", "refused",
                  "lacs", "counted")
 
-    def __init__(self, worker: AddWorker, conn, data: bytes, arrival: int):
+    def __init__(self, worker: AddWorker, conn, pieces: list[bytes], arrival: int):
         self.worker = worker                    # its answers may come after the server let the worker go
         self.conn = conn
-        self.data: bytes | None = data
+        # The socket read, or the reads that waited behind the last one: split in turn, never joined (a
+        # join of a backlog copied it with the GIL held, the largest line of the hand-back).
+        self.pieces: list[bytes] | None = pieces
         self.v3 = not conn.v2
         self.arrival = arrival
         self.start = arrival
@@ -97,9 +99,8 @@ class AddWorker:
 
     def __init__(self, reactor, runs: AddRuns, after_delivery, index: int = 0):
         self._runs = runs
-        # SimpleQueue: its put is one C call that wakes the worker; a threading.Condition's notify, in
-        # Python, was 13% of the reactor's GIL-held time under adds (py-spy).
-        self._jobs: SimpleQueue[HandedRead | None] = SimpleQueue()
+        # HandOff wakes the worker with the GIL released (bkfast.net._handoff says why).
+        self._jobs: HandOff[HandedRead | None] = HandOff()
         self._hand_back = HandBack(reactor, lambda read: handed_back(read, runs), after_delivery,
                                    "a read back from the add worker")
         # Adds the worker's runs took (written by the worker) and those counted on the reactor (written by
@@ -135,7 +136,8 @@ class AddWorker:
 
     def _take(self, read: HandedRead) -> None:
         conn = read.conn
-        data, read.data = read.data, None
+        pieces, read.pieces = read.pieces, None
+        assert pieces is not None
         factory = conn.factory
         limit = factory.max_pending_adds
         room = (limit - factory.pending_adds - (self.taken - self.counted) if limit > 0
@@ -143,34 +145,50 @@ class AddWorker:
         runs = self._runs
         run = runs.open(room)
         if run is None:
-            read.frames = conn.splitter.feed(data)
+            read.frames = split(conn.splitter, pieces, None, read.v3)
             return
         read.start = now_ns()
         try:
-            read.frames = conn.splitter.feed(data, run, read.v3)
+            read.frames = split(conn.splitter, pieces, run, read.v3)
         finally:
             read.count, read.refused = runs.close(run, read.answer, lacs_to=read.lacs)
             self.taken += read.count
 
 
-def hand_over(conn, data: bytes) -> bool:
-    """On the reactor: give a socket read of `conn` to the add worker, or queue it behind the connection's
-    read already there. False: the reactor handles it (no worker, the connection may not run adds now, or
-    the read is not one of adds)."""
+def split(splitter, pieces: list[bytes], run, v3: bool) -> list:
+    """The frames of `pieces` (consecutive socket reads) the run left, as one read's split would leave them:
+    once a frame falls through to the general path, every later frame follows it, in order."""
+    frames: list = []
+    try:
+        for piece in pieces:
+            if run is None or frames:
+                frames.extend(splitter.feed(piece))
+            else:
+                frames = splitter.feed(piece, run, v3)
+    except FrameError as error:
+        error.frames = frames + error.frames
+        raise
+    return frames
+
+
+def hand_over(conn, pieces: list[bytes]) -> bool:
+    """On the reactor: give socket reads of `conn` (one, or those that waited behind its last read at the
+    worker) to the add worker, or queue them behind the connection's read already there. False: the
+    reactor handles them (no worker, the connection may not run adds now, or the first is not one of adds)."""
     backlog = conn.worker_backlog
     if backlog is not None:
-        backlog.append(data)
-        conn.worker_backlog_bytes += len(data)
+        backlog.extend(pieces)
+        conn.worker_backlog_bytes += sum(map(len, pieces))
         if conn.worker_backlog_bytes > WORKER_BACKLOG_BYTES and conn.connected:
             # The worker is slow (a journal queue full, a fence's wait): stop reading this socket.
             conn.worker_paused_reading = True
             conn.transport.pauseProducing()
         return True
     worker = conn.factory.add_worker
-    if worker is None or not add_runs.may_run(conn) or not carries_adds(conn, data):
+    if worker is None or not add_runs.may_run(conn) or not carries_adds(conn, pieces[0]):
         return False
     conn.worker_backlog, conn.worker_backlog_bytes = [], 0
-    worker.hand(HandedRead(worker, conn, data, conn.arrival_ns))
+    worker.hand(HandedRead(worker, conn, pieces, conn.arrival_ns))
     return True
 
 
@@ -208,4 +226,4 @@ def handed_back(read: HandedRead, runs: AddRuns) -> None:
     conn.arrival_ns = read.arrival
     conn.frames_split(read.frames if read.error is None else read.error.frames, read.error)
     if backlog and conn.connected:
-        conn.dataReceived(b"".join(backlog))
+        conn.pieces_received(backlog)

@@ -543,7 +543,7 @@ class BookieServerProtocol(protocol.Protocol):
         if not self.connected:
             return
         self.arrival_ns = now_ns()
-        if add_workers.hand_over(self, data):
+        if add_workers.hand_over(self, [data]):
             return
         try:
             frames = add_runs.split_taking_adds(self, data)
@@ -551,6 +551,12 @@ class BookieServerProtocol(protocol.Protocol):
             self.frames_split(err.frames, err)
             return
         self.frames_split(frames)
+
+    def pieces_received(self, pieces: list[bytes]) -> None:
+        """Socket reads that waited behind the connection's read at the add worker, in order."""
+        self.arrival_ns = now_ns()
+        if not add_workers.hand_over(self, pieces):
+            self.dataReceived(b"".join(pieces))     # not adds first, or no run now: split here as one read
 
     def frames_split(self, frames: list, err: FrameError | None = None) -> None:
         """The frames of a socket read, split here or by the add worker: handled in order, or held; after

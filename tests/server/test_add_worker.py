@@ -19,6 +19,7 @@ from bkfast import _codec, _refcodec
 from bkfast.codec import (
     FLAG_DO_FENCING,
     FLAG_HIGH_PRIORITY,
+    OP_ADD,
     decode_response,
     encode_add_request,
     encode_read_request,
@@ -254,4 +255,45 @@ def test_a_slow_worker_stops_the_reactor_reading_the_connection_instead_of_pilin
         answers = [decode_response(c.recv_body()) for _ in range(n)]
     assert all(r.rc == V2Rc.EOK for r in answers) and sorted(r.entry_id for r in answers) == list(range(1, n + 1))
     assert not conn.worker_paused_reading
+    wait_until("every taken add counted and answered", lambda: _settled(b))
+
+
+def test_reads_that_waited_at_the_worker_are_split_in_turn_and_a_fall_through_sends_every_later_add_on(worker_bookie):
+    """Reads of a connection that waited behind its read at the worker go over together, unjoined. Within
+    them the run takes adds only up to the first frame it cannot take (here a read request); every add
+    after it, in the same read or a later one, goes to the general path behind it, as one read's split
+    would leave them. Every add is answered in entry order and the read is answered."""
+    b = worker_bookie
+    worker = b.factory.add_worker
+    release = threading.Event()
+    real_take = worker._take
+    handed: list[tuple[int, int]] = []         # (pieces, adds the run took) per read at the worker
+
+    def recording_take(read):
+        release.wait(30)
+        pieces = len(read.pieces)
+        real_take(read)
+        handed.append((pieces, read.count))
+    with b.connect() as c:
+        c.send_raw(_adds(71, [0]))
+        assert decode_response(c.recv_body()).rc == V2Rc.EOK
+        (conn,) = [p for p in b.factory.connections if p.v2]
+        worker._take = recording_take
+        try:
+            c.send_raw(_adds(71, range(1, 51)))
+            wait_until("the first read at the worker", lambda: conn.worker_backlog is not None)
+            c.send_raw(_adds(71, range(51, 61)) + encode_read_request(71, 0) + _adds(71, range(61, 101)))
+            wait_until("the second read waits", lambda: conn.worker_backlog)
+            waited = conn.worker_backlog_bytes
+            c.send_raw(_adds(71, range(101, 151)))
+            wait_until("the third read waits", lambda: conn.worker_backlog_bytes > waited)
+        finally:
+            release.set()
+        answers = [decode_response(c.recv_body()) for _ in range(151)]
+        worker._take = real_take
+    assert all(r.rc == V2Rc.EOK for r in answers), answers
+    added = [r.entry_id for r in answers if r.opcode == OP_ADD]
+    assert added == list(range(1, 151))
+    assert [r.entry_id for r in answers if r.opcode != OP_ADD] == [0]
+    assert handed[:2] == [(1, 50), (2, 10)], handed
     wait_until("every taken add counted and answered", lambda: _settled(b))
