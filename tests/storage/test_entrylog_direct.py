@@ -154,48 +154,60 @@ def test_a_forced_flush_writes_whole_blocks_and_keeps_the_partial_one_to_rewrite
     channel.close()
 
 
-def test_reads_from_other_threads_while_writing_directly(tmp_path):
-    el = EntryLogger([tmp_path], conf(True, writeBufferSizeBytes=8192, logSizeLimit=2_000_000))
-    written: list[tuple[int, bytes]] = []
-    done = threading.Event()
-    failures: list[BaseException] = []
-    reads = [0]
+class ReadersOnOtherThreads:
+    """Two threads reading random entries of `written` (each appended after its add returned) until the
+    block ends and at least `min_reads` reads were made; a failed read ends the block with its error."""
 
-    def reader(seed: int) -> None:
+    def __init__(self, el: EntryLogger, min_reads: int):
+        self.el, self.min_reads = el, min_reads
+        self.written: list[tuple[int, bytes]] = []
+        self.done = threading.Event()
+        self.failures: list[BaseException] = []
+        self.reads = 0
+        self.threads = [threading.Thread(target=self._read, args=(seed,)) for seed in range(2)]
+
+    def _read(self, seed: int) -> None:
         rng = random.Random(seed)
         try:
-            while not done.is_set() or reads[0] < 2000:
-                if not written:
+            while not self.done.is_set() or self.reads < self.min_reads:
+                if not self.written:
                     continue
-                location, data = written[rng.randrange(len(written))]   # appended after the add returned
-                assert el.read_entry(*ids(data), location) == data
-                reads[0] += 1
+                location, data = self.written[rng.randrange(len(self.written))]
+                assert self.el.read_entry(*ids(data), location) == data
+                self.reads += 1
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            failures.append(e)
-            done.set()
+            self.failures.append(e)
+            self.done.set()
 
-    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
-    for t in threads:
-        t.start()
+    def __enter__(self) -> ReadersOnOtherThreads:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
+        if exc[0] is None:
+            assert not self.failures, self.failures[0]
+            for location, data in self.written:
+                assert self.el.read_entry(*ids(data), location) == data
+
+
+def test_reads_from_other_threads_while_writing_directly(tmp_path):
+    el = EntryLogger([tmp_path], conf(True, writeBufferSizeBytes=8192, logSizeLimit=2_000_000))
     rng = random.Random(3)
-    try:
+    with ReadersOnOtherThreads(el, 2000) as readers:
         for i in range(1500):
-            if done.is_set():
+            if readers.done.is_set():
                 break
             data = entry(1 + i % 4, i, rng.choice([30, 1000, 3000, 6000, 20_000]))
-            written.append((el.add_entry(1 + i % 4, data), data))
+            readers.written.append((el.add_entry(1 + i % 4, data), data))
             if i % 7 == 0:
                 el.flush()                     # unaligned: a kept block that later entries straddle
             if i % 50 == 0:
                 assert sum(1 for _ in el.scan_records(el.current_log_id, with_data=False)) > 0
-    finally:
-        done.set()
-        for t in threads:
-            t.join()
-    assert not failures, failures[0]
     assert el.log_ids()[-1] > 0                # it rolled while being read
-    for location, data in written:
-        assert el.read_entry(*ids(data), location) == data
     el.close()
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from bkfast._entrylog import BufferedChannel
 from bkfast.storage.entrylogger import EntryLogger
-from tests.storage.test_entrylog_direct import conf, entry, ids, open_direct_channel
+from tests.storage.test_entrylog_direct import ReadersOnOtherThreads, conf, entry, open_direct_channel
 
 # Big enough that the copy into the buffer takes milliseconds: a thread waiting for the GIL gets it then.
 BIG_APPEND = 32 << 20
@@ -69,41 +69,13 @@ def test_a_large_append_is_copied_with_the_gil_released(tmp_path, direct):
 @pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
 def test_readers_on_other_threads_see_whole_entries_while_large_ones_are_copied_in(tmp_path, direct):
     el = EntryLogger([tmp_path], conf(direct, writeBufferSizeBytes=4 << 20, logSizeLimit=64 << 20))
-    written: list[tuple[int, bytes]] = []
-    done = threading.Event()
-    failures: list[BaseException] = []
-    reads = [0]
-
-    def reader(seed: int) -> None:
-        rng = random.Random(seed)
-        try:
-            while not done.is_set() or reads[0] < 500:
-                if not written:
-                    continue
-                location, data = written[rng.randrange(len(written))]
-                assert el.read_entry(*ids(data), location) == data
-                reads[0] += 1
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            failures.append(e)
-            done.set()
-
-    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
-    for t in threads:
-        t.start()
     rng = random.Random(5)
-    try:
+    with ReadersOnOtherThreads(el, 500) as readers:
         for i in range(300):
-            if done.is_set():
+            if readers.done.is_set():
                 break
             data = entry(1 + i % 3, i, rng.choice([100, 70_000, 200_000, 900_000]))
-            written.append((el.add_entry(1 + i % 3, data), data))
+            readers.written.append((el.add_entry(1 + i % 3, data), data))
             if i % 11 == 0:
                 el.flush()
-    finally:
-        done.set()
-        for t in threads:
-            t.join()
-    assert not failures, failures[0]
-    for location, data in written:
-        assert el.read_entry(*ids(data), location) == data
     el.close()
