@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""A queue from the reactor to one worker thread whose wake-up runs with the GIL released.
+"""A queue from the reactor to one worker thread (the add worker, each read-N) whose wake-up runs with the
+GIL released.
 
 Owns: the items handed over and not yet taken (a deque, touched only with the GIL held) and a count of
 them under a pthread mutex, with a condition the taker sleeps on.
@@ -8,7 +9,7 @@ Why: the reactor hands the add worker one socket read at a time, and the worker,
 is usually asleep when the next one comes. Waking it is a futex syscall; a queue.SimpleQueue or a
 threading.Condition makes it with the GIL held, and it was the reactor's largest GIL-held line under adds
 (py-spy: 18% of its GIL-held samples with the worker). Here `put` appends with the GIL, then counts and
-signals without it.
+signals without it. The read pool's threads are woken the same way, one read that memory missed each.
 
 Must never: let `get` return before the item `put` counted is in the deque (put appends first), or be
 taken from by more than one thread.

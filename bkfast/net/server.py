@@ -543,20 +543,23 @@ class BookieServerProtocol(protocol.Protocol):
         if not self.connected:
             return
         self.arrival_ns = now_ns()
-        if add_workers.hand_over(self, [data]):
-            return
+        if not add_workers.hand_over(self, [data]):
+            self.split_here(data)
+
+    def pieces_received(self, pieces: list[bytes]) -> None:
+        """Socket reads that waited behind the connection's read at the add worker, in order."""
+        self.arrival_ns = now_ns()
+        if not add_workers.hand_over(self, pieces):
+            self.split_here(b"".join(pieces))       # not adds first, or no run now: split here as one read
+
+    def split_here(self, data) -> None:
+        """Split a socket read on the reactor (its plain adds taken by the run when there is no worker)."""
         try:
             frames = add_runs.split_taking_adds(self, data)
         except FrameError as err:
             self.frames_split(err.frames, err)
             return
         self.frames_split(frames)
-
-    def pieces_received(self, pieces: list[bytes]) -> None:
-        """Socket reads that waited behind the connection's read at the add worker, in order."""
-        self.arrival_ns = now_ns()
-        if not add_workers.hand_over(self, pieces):
-            self.dataReceived(b"".join(pieces))     # not adds first, or no run now: split here as one read
 
     def frames_split(self, frames: list, err: FrameError | None = None) -> None:
         """The frames of a socket read, split here or by the add worker: handled in order, or held; after
