@@ -19,11 +19,11 @@ ETOOMANYREQUESTS).
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable
 from typing import cast
 
 from bkfast.errors import BKError
-from bkfast.net._handoff import HandOff
 from bkfast.net.hand_back import HandBack
 from bkfast.threads import READ, NamedThread
 
@@ -38,8 +38,8 @@ class ReadPool:
         self.reactor = reactor
         self.max_pending_per_thread = max_pending_per_thread if max_pending_per_thread > 0 else 1 << 62
         self.max_queue_size = max_pending_per_thread if max_pending_per_thread > 0 else -1   # Java's: -1 unbounded
-        # Jobs, or _STOP; a HandOff wakes its thread with the GIL released (bkfast.net._handoff).
-        self._queues: list[HandOff[_Job | object]] = [HandOff() for _ in range(max(1, threads))]
+        self._queues: list[queue.SimpleQueue[_Job | object]] = [     # jobs, or _STOP
+            queue.SimpleQueue() for _ in range(max(1, threads))]
         self._pending = [0] * len(self._queues)
         # Per thread: reads run, reads that raised a non-BKError (each written by its own thread only),
         # reads refused with a full queue (reactor).
@@ -107,7 +107,7 @@ class ReadPool:
         for i, q in enumerate(self._queues):
             thread = logger.scope_label("thread", f"{pool_name}-OrderedExecutor-{i}-0")
             thread.gauge("thread_executor_completed", lambda i=i: self.completed[i])
-            thread.gauge("thread_executor_queue", q.__len__)
+            thread.gauge("thread_executor_queue", q.qsize)
             thread.gauge("thread_executor_tasks_completed", lambda i=i: self.completed[i] - self.failed[i])
             thread.gauge("thread_executor_tasks_failed", lambda i=i: self.failed[i])
             thread.gauge("thread_executor_tasks_rejected", lambda i=i: self.rejected[i])
