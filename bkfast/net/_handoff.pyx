@@ -70,13 +70,18 @@ cdef class HandOff:
             free(self.cond)
 
     def put(self, item) -> None:
+        cdef bint wake
         self.items.append(item)
-        with nogil:
-            pthread_mutex_lock(self.mutex)
-            self.counted += 1
-            if self.waiting:
+        # The mutex is taken with the GIL held: the taker never holds it while it waits for the GIL. The
+        # GIL is let go only to wake a taker that sleeps: letting it go hands it to whichever thread waits
+        # for it, and the reactor then waits to get it back.
+        pthread_mutex_lock(self.mutex)
+        self.counted += 1
+        wake = self.waiting
+        pthread_mutex_unlock(self.mutex)
+        if wake:
+            with nogil:
                 pthread_cond_signal(self.cond)
-            pthread_mutex_unlock(self.mutex)
 
     def get(self):
         with nogil:
