@@ -7,8 +7,8 @@ them under a pthread mutex, with a condition the taker sleeps on.
 Why: the reactor hands the add worker one socket read at a time, and the worker, faster than the reactor,
 is usually asleep when the next one comes. Waking it is a futex syscall; a queue.SimpleQueue or a
 threading.Condition makes it with the GIL held, and it was the reactor's largest GIL-held line under adds
-(py-spy: 18% of its GIL-held samples with the worker). Here `put` appends with the GIL, then counts and
-signals without it.
+(py-spy: 18% of its GIL-held samples with the worker). Here `put` appends and counts with the GIL held and,
+when the worker sleeps, signals it without the GIL.
 
 Not for the read pool: its threads hold the GIL for most of a read, so a put that lets the GIL go hands it
 to one of them and the reactor waits to get it back. Measured on cold reads (bench/thread_cpu_scaling.py,
